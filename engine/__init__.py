@@ -1,0 +1,1 @@
+"""specls engine: tokens and tensors. Never imports pygls."""

@@ -1,0 +1,104 @@
+"""The seam between the LSP server and whatever produces completions.
+
+Pure Python on purpose (no torch): the server imports this module, the local engine
+(`engine.service.LocalEngine`) and remote backends implement it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+FinishReason = Literal["length", "eos", "stop", "cancelled", "error"]
+
+# Given the completion text generated so far, return the index at which the completion must end
+# (generation stops and the text is cut there), or None to keep going. Applied during generation.
+StopCheck = Callable[[str], int | None]
+
+# Called with the whole completion text accepted so far, each time it grows.
+OnText = Callable[[str], None]
+
+
+class CancelToken:
+    """A flag the decode loop polls between every draft step and every verify step."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+
+@dataclass(frozen=True)
+class DraftContext:
+    """What a draft-length policy sees before each speculative round."""
+
+    text_before: str  # the last few hundred characters before the next token (prompt tail + generated)
+    generated: str  # completion text accepted so far
+    drafter: str  # name of the drafter proposing this round ("model", "lookup", "suffix", "stale")
+    lookup_hit: bool  # True when a lookup drafter found a match this round
+
+
+class DraftLengthPolicy(Protocol):
+    def max_draft_tokens(self, ctx: DraftContext) -> int: ...
+
+
+@dataclass
+class CompletionRequest:
+    prompt: str  # fully assembled prompt text (FIM template already applied)
+    max_new_tokens: int = 64
+    temperature: float = 0.0  # 0 means greedy
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop_strings: tuple[str, ...] = ()
+    lookup_context: tuple[str, ...] = ()  # snippets from other open files, for the n-gram drafter
+    suffix: str = ""  # text after the cursor, for the suffix drafter
+    previous_completion: str = ""  # an earlier suggestion whose remainder may be re-verified in one pass
+    drafter: str = "hybrid"  # "model" | "lookup" | "suffix" | "stale" | "hybrid" | "none"
+    stop_check: StopCheck | None = None
+    draft_policy: DraftLengthPolicy | None = None
+
+
+@dataclass
+class CompletionResult:
+    text: str
+    finish_reason: FinishReason
+    token_ids: list[int] = field(default_factory=list)
+    # target_forwards, drafted, accepted, per_drafter, accepted_histogram, prefill_s, decode_s, wall_s,
+    # prompt_tokens, reused_prompt_tokens, ...
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    name: str  # "local", "openai", "fake", ...
+    target: str
+    draft: str | None
+    special_tokens: tuple[str, ...]  # the tokenizer's special tokens, for FIM template detection
+    context_length: int
+    device: str
+
+
+class CompletionBackend(Protocol):
+    """Everything the server needs from a model. `complete` blocks; the server calls it from one worker thread."""
+
+    def info(self) -> BackendInfo: ...
+
+    def count_tokens(self, text: str) -> int: ...
+
+    def complete(
+        self,
+        request: CompletionRequest,
+        *,
+        on_text: OnText | None = None,
+        cancel: CancelToken | None = None,
+    ) -> CompletionResult: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,1 @@
+"""specls language server: LSP and text. Never imports torch."""

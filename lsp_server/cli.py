@@ -1,0 +1,44 @@
+"""`specls` command line. Each subcommand lives in `lsp_server/commands/<name>.py` and exposes
+`add_arguments(parser)` and `run(args) -> int`; heavy imports (torch) happen inside `run`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMANDS: dict[str, str] = {
+    "serve": "run the language server (stdio by default)",
+    "generate": "complete a prompt file with the engine and print the result",
+    "demo": "replay typing a file through the real server and show live ghost text",
+    "bench": "run the throughput or keystroke-latency benchmark",
+    "train": "train the bundled target and draft pair on local code",
+    "info": "show the resolved model pair",
+    "doctor": "check the environment and say how to fix what is wrong",
+    "export": "export the bundled pair (gguf)",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specls", description=__doc__.splitlines()[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, help_text in SUBCOMMANDS.items():
+        try:
+            module = importlib.import_module(f"lsp_server.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"lsp_server.commands.{name}":
+                raise
+            continue
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(sub_parser)
+        sub_parser.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args._run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
