@@ -1,0 +1,29 @@
+"""A model together with its own KV cache, addressed by position.
+
+Both the lean Llama path and the generic Hugging Face path implement `CausalDecoder`; the speculative loop,
+the baseline and the draft-model drafter only ever talk to this protocol.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+
+class CausalDecoder(Protocol):
+    vocab_size: int
+    max_length: int  # positions the cache can hold (the model's context window, possibly capped)
+
+    @property
+    def cached_tokens(self) -> list[int]:
+        """Token ids whose keys and values are in the cache, in order."""
+        ...
+
+    def forward(self, token_ids: list[int]) -> torch.Tensor:
+        """Append `token_ids` after the cached ones; return float32 logits of shape [len(token_ids), vocab]."""
+        ...
+
+    def crop(self, length: int) -> None:
+        """Keep only the first `length` cached positions: the rollback after a rejected draft."""
+        ...

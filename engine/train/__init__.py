@@ -1,0 +1,1 @@
+"""Training of the bundled model pair: tokenizer, FIM target, distilled draft."""
