@@ -92,6 +92,8 @@ def speculative_sample_accept(
         raise ValueError(f"target_probs needs {k + 1} rows for {k} drafted tokens, got {rows}")
     if draft_probs is not None and draft_probs.shape[0] != k:
         raise ValueError(f"draft_probs needs {k} rows for {k} drafted tokens, got {draft_probs.shape[0]}")
+    if draft_probs is not None:
+        draft_probs = _to_vocab_width(draft_probs, target_probs.shape[-1])
     device = target_probs.device
     num_accepted = k
     if k > 0:
@@ -122,3 +124,13 @@ def speculative_sample_accept(
             next_distribution = p_row
     next_token = torch.multinomial(next_distribution, 1, generator=generator)
     return num_accepted, int(next_token)
+
+
+def _to_vocab_width(draft_probs: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Models that share a tokenizer may pad their embedding tables differently; padded ids have q == 0."""
+    width = draft_probs.shape[-1]
+    if width == vocab:
+        return draft_probs
+    if width > vocab:
+        return draft_probs[:, :vocab]
+    return torch.nn.functional.pad(draft_probs, (0, vocab - width))

@@ -1,0 +1,87 @@
+"""Picking a drafter per round: copied drafts (stale completion, suffix, prompt lookup) cost nothing to
+produce, so they go first when they match; the draft model fills in when nothing matches."""
+
+from __future__ import annotations
+
+from engine.drafters.base import Draft
+from engine.drafters.plan import DraftPlan, PlanningDrafter
+
+
+class HybridDrafter:
+    """Tries the copying drafters in order (stale, suffix, lookup), then the model drafter.
+
+    It keeps an exponential moving average of each drafter's acceptance rate (accepted / drafted). A
+    copying drafter whose recent drafts were mostly rejected is skipped in favour of the model, unless its
+    match is anchored on at least `strong_match_len` tokens; a skipped drafter regains trust slowly, so
+    one bad stretch does not bench it for the rest of the call. `Draft.drafter` names the drafter used.
+    """
+
+    name = "hybrid"
+
+    def __init__(
+        self,
+        *,
+        model: PlanningDrafter | None = None,
+        lookup: PlanningDrafter | None = None,
+        suffix: PlanningDrafter | None = None,
+        stale: PlanningDrafter | None = None,
+        strong_match_len: int = 4,
+        min_acceptance: float = 0.3,
+        ema_weight: float = 0.3,
+        forgiveness: float = 0.05,
+    ) -> None:
+        self.model = model
+        self.copiers = [d for d in (stale, suffix, lookup) if d is not None]
+        self.strong_match_len = strong_match_len
+        self.min_acceptance = min_acceptance
+        self.ema_weight = ema_weight
+        self.forgiveness = forgiveness
+        # Optimistic start: every drafter gets tried before it can be judged.
+        self.acceptance: dict[str, float] = {d.name: 1.0 for d in (*self.copiers, model) if d is not None}
+        self._choice: tuple[int, PlanningDrafter | None, DraftPlan] | None = None  # (context length, ...)
+        self._used: PlanningDrafter | None = None
+
+    def _trusted(self, drafter: PlanningDrafter, plan: DraftPlan) -> bool:
+        if self.model is None or plan.match_len >= self.strong_match_len:
+            return True
+        return self.acceptance[drafter.name] >= self.min_acceptance
+
+    def _choose(self, context_ids: list[int]) -> tuple[PlanningDrafter | None, DraftPlan]:
+        for drafter in self.copiers:
+            plan = drafter.plan(context_ids)
+            if not plan.lookup_hit:
+                continue
+            if self._trusted(drafter, plan):
+                return drafter, plan
+            rate = self.acceptance[drafter.name]
+            self.acceptance[drafter.name] = rate + self.forgiveness * (1.0 - rate)
+        if self.model is not None:
+            return self.model, self.model.plan(context_ids)
+        return None, DraftPlan("none", lookup_hit=False, available=0)
+
+    def plan(self, context_ids: list[int]) -> DraftPlan:
+        drafter, plan = self._choose(context_ids)
+        self._choice = (len(context_ids), drafter, plan)
+        return plan
+
+    def propose(self, context_ids: list[int], max_tokens: int) -> Draft:
+        if self._choice is not None and self._choice[0] == len(context_ids):
+            drafter = self._choice[1]  # planned this round: keep the choice the length policy was sized for
+        else:
+            drafter = self._choose(context_ids)[0]
+        self._choice = None
+        self._used = drafter
+        if drafter is None:
+            return Draft(token_ids=[], draft_probs=None, drafter="none")
+        draft = drafter.propose(context_ids, max_tokens)
+        draft.drafter = drafter.name
+        return draft
+
+    def observe(self, context_ids: list[int], num_accepted: int, num_drafted: int) -> None:
+        drafter, self._used = self._used, None
+        if drafter is None:
+            return
+        drafter.observe(context_ids, num_accepted, num_drafted)
+        if num_drafted > 0:
+            rate = self.acceptance[drafter.name]
+            self.acceptance[drafter.name] = rate + self.ema_weight * (num_accepted / num_drafted - rate)
