@@ -1,0 +1,208 @@
+"""Typed server settings with defaults.
+
+Settings arrive as camelCase JSON (initializationOptions at top level, or under "specls" in
+workspace/didChangeConfiguration). Every key is parsed on its own: a bad value falls back to the default and
+becomes one line in the returned problem list, which the server shows to the user. Command-line flags are
+applied last, so `specls serve --backend fake` wins over an editor's defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from lsp_server.context import ContextSettings
+
+BACKENDS = ("local", "openai", "fake")
+DRAFTERS = ("model", "lookup", "suffix", "stale", "hybrid", "none")
+
+
+@dataclass(frozen=True)
+class FakeSettings:
+    """Knobs of the fake backend (tests and client development)."""
+
+    token_delay_ms: float = 0.0  # sleep per generated token
+    load_delay_ms: float = 0.0  # pretend the model takes this long to load
+    # (trigger, continuation) pairs; see lsp_server.backends.fake.FakeBackend
+    rules: tuple[tuple[str, str], ...] = ()
+    fail_load: str | None = None  # when set, loading fails with this message
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    backend: str = "local"
+    target: str | None = None  # None = the bundled target
+    draft: str | None = None  # None = the bundled draft
+    device: str = "auto"
+    endpoint: str | None = None  # remote backend base URL
+    remote_model: str | None = None
+    api_key_env: str = "SPECLS_API_KEY"  # name of the environment variable that holds the key
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    drafter: str = "hybrid"
+    debounce_ms: int = 0
+    first_line_first: bool = False
+    context: ContextSettings = field(default_factory=ContextSettings)
+    fake: FakeSettings = field(default_factory=FakeSettings)
+
+    def model_key(self) -> tuple[Any, ...]:
+        """The settings whose change means the backend must be reloaded."""
+        return (
+            self.backend,
+            self.target,
+            self.draft,
+            self.device,
+            self.endpoint,
+            self.remote_model,
+            self.api_key_env,
+            self.fake,
+        )
+
+
+# --- value parsers: each returns the parsed value or raises ValueError with a short reason ---
+
+
+def _string(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError("expected a string")
+    return value
+
+
+def _optional_string(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    return _string(value)
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        if value not in options:
+            raise ValueError(f"expected one of {', '.join(options)}")
+        return str(value)
+
+    return parse
+
+
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError("expected true or false")
+    return value
+
+
+def _int_in(low: int, high: int) -> Callable[[Any], int]:
+    def parse(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+            raise ValueError("expected a whole number")
+        if not low <= value <= high:
+            raise ValueError(f"expected a number from {low} to {high}")
+        return int(value)
+
+    return parse
+
+
+def _float_in(low: float, high: float) -> Callable[[Any], float]:
+    def parse(value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError("expected a number")
+        if not low <= value <= high:
+            raise ValueError(f"expected a number from {low} to {high}")
+        return float(value)
+
+    return parse
+
+
+def _rules(value: Any) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, list) or not all(
+        isinstance(rule, list | tuple) and len(rule) == 2 and all(isinstance(s, str) for s in rule)
+        for rule in value
+    ):
+        raise ValueError("expected a list of [trigger, continuation] string pairs")
+    return tuple((trigger, continuation) for trigger, continuation in value)
+
+
+# camelCase key -> (attribute path, parser). A dotted path reaches into a nested settings dataclass.
+_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "backend": ("backend", _choice(BACKENDS)),
+    "target": ("target", _optional_string),
+    "draft": ("draft", _optional_string),
+    "device": ("device", _string),
+    "endpoint": ("endpoint", _optional_string),
+    "remoteModel": ("remote_model", _optional_string),
+    "apiKeyEnv": ("api_key_env", _string),
+    "maxNewTokens": ("max_new_tokens", _int_in(1, 4096)),
+    "temperature": ("temperature", _float_in(0.0, 5.0)),
+    "drafter": ("drafter", _choice(DRAFTERS)),
+    "debounceMs": ("debounce_ms", _int_in(0, 5000)),
+    "firstLineFirst": ("first_line_first", _bool),
+    "maxLines": ("context.max_lines", _int_in(1, 1000)),
+    "suppressInComments": ("context.suppress_in_comments", _bool),
+    "contextTokens": ("context.max_prompt_tokens", _int_in(16, 1_000_000)),
+}
+
+_FAKE_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "tokenDelayMs": ("token_delay_ms", _float_in(0.0, 60_000.0)),
+    "loadDelayMs": ("load_delay_ms", _float_in(0.0, 600_000.0)),
+    "rules": ("rules", _rules),
+    "failLoad": ("fail_load", _optional_string),
+}
+
+
+def _replace_path(obj: Any, path: str, value: Any) -> Any:
+    head, _, rest = path.partition(".")
+    if rest:
+        return dataclasses.replace(obj, **{head: _replace_path(getattr(obj, head), rest, value)})
+    return dataclasses.replace(obj, **{head: value})
+
+
+@dataclass
+class SettingsReport:
+    invalid: list[str] = field(default_factory=list)  # bad values that fell back: shown to the user
+    unknown: list[str] = field(default_factory=list)  # keys we do not know: logged only
+
+
+def _apply(
+    obj: Any,
+    raw: Mapping[str, Any],
+    fields: Mapping[str, tuple[str, Callable[[Any], Any]]],
+    where: str,
+    report: SettingsReport,
+) -> Any:
+    for key, value in raw.items():
+        if key not in fields:
+            report.unknown.append(f"unknown setting {where}{key!r} ignored")
+            continue
+        path, parse = fields[key]
+        try:
+            obj = _replace_path(obj, path, parse(value))
+        except ValueError as exc:
+            report.invalid.append(
+                f"setting {where}{key!r}={value!r} is invalid ({exc}); ignored, the default stays"
+            )
+    return obj
+
+
+def apply_settings(raw: Any, base: ServerSettings) -> tuple[ServerSettings, SettingsReport]:
+    """Apply camelCase settings in `raw` on top of `base` (a bad value keeps the value from `base`)."""
+    report = SettingsReport()
+    if raw is None:
+        return base, report
+    if not isinstance(raw, Mapping):
+        report.invalid.append(f"settings must be an object, got {type(raw).__name__}; ignored")
+        return base, report
+    settings = _apply(base, {k: v for k, v in raw.items() if k != "fake"}, _FIELDS, "", report)
+    fake_raw = raw.get("fake")
+    if isinstance(fake_raw, Mapping):
+        fake = _apply(settings.fake, fake_raw, _FAKE_FIELDS, "fake.", report)
+        settings = dataclasses.replace(settings, fake=fake)
+    elif fake_raw is not None:
+        report.invalid.append("setting 'fake' must be an object; ignored")
+    return settings, report
+
+
+def settings_section(raw: Any) -> Any:
+    """The specls part of a didChangeConfiguration payload (under "specls", or the whole payload)."""
+    if isinstance(raw, Mapping) and isinstance(raw.get("specls"), Mapping):
+        return raw["specls"]
+    return raw
