@@ -1,0 +1,390 @@
+"""Scheduler: the typed-ahead arithmetic, then newest-wins, the cancel bridge, typed-ahead reuse,
+first-line-first and faults, driven in-process against the FakeBackend (no LSP transport)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+
+import lsp_server.context as _context
+
+if not hasattr(_context, "build_completion_context"):  # TEMPORARY until lsp_server.context lands
+    from dataclasses import dataclass as _dataclass
+
+    @_dataclass
+    class _ContextSettings:
+        max_prompt_tokens: int = 1536
+        prefix_fraction: float = 0.75
+        max_snippets: int = 3
+        suppress_in_comments: bool = True
+        max_lines: int = 8
+
+    _context.ContextSettings = _ContextSettings  # type: ignore[attr-defined]
+    _context.CompletionContext = SimpleNamespace  # type: ignore[attr-defined]
+    _context.build_completion_context = None  # type: ignore[attr-defined]
+    _context.finalize_completion = None  # type: ignore[attr-defined]
+
+from lsp_server.backends.fake import FakeBackend, continuation_for, split_tokens
+from lsp_server.config import FakeSettings, ServerSettings
+from lsp_server.documents import DocumentStore, TextChange
+from lsp_server.scheduler import (
+    Scheduler,
+    complete_first_line,
+    remainder_after,
+    still_agrees,
+    typed_since,
+)
+
+URI = "file:///work/a.py"
+OTHER = "file:///work/b.py"
+
+
+# --- pure helpers ---
+
+
+@pytest.mark.parametrize(
+    ("old", "anchor", "new", "expected"),
+    [
+        ("ab|cd".replace("|", ""), 2, "abXYcd", "XY"),
+        ("abcd", 2, "abcd", ""),
+        ("abcd", 4, "abcdef", "ef"),
+        ("abcd", 2, "aXbcd", None),  # inserted before the anchor
+        ("abcd", 2, "abcXd", None),  # inserted after the anchor
+        ("abcd", 2, "abd", None),  # deletion
+        ("abcd", 2, "zbXcd", None),  # same length growth but text before changed
+        ("ab", 5, "abcdefg", None),  # anchor beyond the old text
+    ],
+)
+def test_typed_since(old: str, anchor: int, new: str, expected: str | None) -> None:
+    assert typed_since(old, anchor, new) == expected
+
+
+def test_remainder_and_agreement() -> None:
+    assert remainder_after("print(x)", "pri") == "nt(x)"
+    assert remainder_after("print(x)", "print(x)") == ""
+    assert remainder_after("print(x)", "pra") is None
+    assert still_agrees("print", "pri")  # the model is ahead of the user
+    assert still_agrees("pr", "print")  # the user is ahead of the model
+    assert not still_agrees("pri", "pra")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("foo()", None),
+        ("foo()\nbar()", "foo()"),
+        ("\n    bar()\nbaz", "\n    bar()"),  # a leading line break does not end an empty first line
+        ("\n   ", None),
+    ],
+)
+def test_complete_first_line(text: str, expected: str | None) -> None:
+    assert complete_first_line(text) == expected
+
+
+def test_fake_backend_follows_its_script() -> None:
+    rules = [("def add(a, b):", "\n    return a + b\n")]
+    assert continuation_for("x = 1\ndef add(a, b):", rules) == "\n    return a + b\n"
+    assert continuation_for("def add(a, b):\n    ret", rules) == "urn a + b\n"
+    assert continuation_for("def add(a, b):\n    x", rules) == ""
+    assert "".join(split_tokens("a +  b\n")) == "a +  b\n"
+
+
+# --- the scheduler, in-process ---
+
+
+def prefix_only_context(store, uri, offset, info, settings, count_tokens):  # type: ignore[no-untyped-def]
+    """A test double for lsp_server.context.build_completion_context: the prompt is the text before the cursor."""
+    text = store.get(uri).text
+    return SimpleNamespace(
+        prompt=text[:offset],
+        prefix=text[:offset],
+        suffix=text[offset:],
+        mode="multi-line",
+        stop_check=None,
+        draft_policy=None,
+        lookup_snippets=(),
+        stop_strings=(),
+    )
+
+
+class Harness:
+    def __init__(self, backend: FakeBackend, settings: ServerSettings) -> None:
+        self.backend = backend
+        self.store = DocumentStore()
+        self.states: list[str] = []
+        self.logs: list[str] = []
+        self.ready = asyncio.Event()
+        self.scheduler = Scheduler(
+            self.store,
+            settings,
+            lambda s: backend,
+            build_context=prefix_only_context,
+            finalize=lambda text, ctx: text,
+            on_state=self._on_state,
+            on_log=lambda level, message: self.logs.append(message),
+        )
+        self.versions: dict[str, int] = {}
+
+    def _on_state(self, state: str, message: str) -> None:
+        self.states.append(state)
+        if state in ("ready", "error"):
+            self.ready.set()
+
+    def open(self, uri: str, text: str) -> None:
+        self.versions[uri] = 1
+        self.store.open(uri, "python", 1, text)
+        self.scheduler.document_changed(uri)
+
+    def type(self, uri: str, chars: str) -> None:
+        """Insert `chars` at the end of the document, as an editor would."""
+        line, character = self.end(uri)
+        self.versions[uri] += 1
+        self.store.change(uri, self.versions[uri], [TextChange((line, character, line, character), chars)])
+        self.scheduler.document_changed(uri)
+
+    def end(self, uri: str) -> tuple[int, int]:
+        return self.store.position_at(uri, len(self.store.get(uri).text))
+
+    def complete_at_end(self, uri: str) -> asyncio.Task:
+        return asyncio.ensure_future(self.scheduler.complete(uri, *self.end(uri)))
+
+    async def answer(self, uri: str) -> str:
+        suggestion = await asyncio.wait_for(self.complete_at_end(uri), timeout=10)
+        return suggestion.text if suggestion is not None else ""
+
+
+@pytest.fixture
+async def make_harness() -> AsyncIterator:
+    harnesses: list[Harness] = []
+
+    async def make(rules, token_delay_s: float = 0.0, **settings) -> Harness:  # type: ignore[no-untyped-def]
+        harness = Harness(
+            FakeBackend(rules, token_delay_s), replace(ServerSettings(backend="fake"), **settings)
+        )
+        harnesses.append(harness)
+        harness.scheduler.start(asyncio.get_running_loop())
+        harness.scheduler.load(harness.scheduler.settings)
+        await asyncio.wait_for(harness.ready.wait(), timeout=10)
+        return harness
+
+    yield make
+    for harness in harnesses:
+        harness.scheduler.stop()
+
+
+RULES = [("def greet(", "name):\n    return 'hello ' + name\n")]
+
+
+async def test_answers_from_the_model(make_harness) -> None:
+    h = await make_harness(RULES)
+    h.open(URI, "def greet(")
+    assert await h.answer(URI) == "name):\n    return 'hello ' + name\n"
+    assert len(h.backend.calls) == 1
+
+
+async def test_requests_before_ready_and_unknown_positions_answer_empty_at_once(make_harness) -> None:
+    backend = FakeBackend(RULES)
+    h = Harness(backend, ServerSettings(backend="fake"))
+    h.open(URI, "def greet(")
+    assert await h.answer(URI) == ""  # never loaded: empty, without waiting
+    h = await make_harness(RULES)
+    h.open(URI, "def greet(")
+    assert await h.scheduler.complete("file:///nowhere.py", 0, 0) is None
+    assert await h.scheduler.complete(URI, 5, 0) is None
+    assert await h.scheduler.complete(URI, 0, 99) is None
+    assert len(h.logs) == 3 and not h.backend.calls
+
+
+async def test_newer_request_cancels_the_running_generation_and_both_are_answered(make_harness) -> None:
+    rules = [("x = ", "1 + 2 + 3 + 4 + 5 + 6 + 7 + 8 + 9 + 10 + 11 + 12 + 13 + 14"), ("y = ", "42")]
+    h = await make_harness(rules, token_delay_s=0.02)
+    h.open(URI, "x = ")
+    first = h.complete_at_end(URI)
+    await asyncio.sleep(0.1)  # the generation is running
+    h.type(URI, "0\ny = ")  # an edit the suggestion does not agree with
+    second = h.complete_at_end(URI)
+    assert await asyncio.wait_for(first, timeout=5) is None  # answered, empty
+    assert (await asyncio.wait_for(second, timeout=5)).text == "42"
+    cancelled = h.backend.calls[0][1]
+    assert cancelled.finish_reason == "cancelled"
+    assert cancelled.stats["target_forwards"] < cancelled.stats["planned_tokens"]
+    assert h.scheduler.stats.cancelled_generations == 1
+
+
+async def test_every_request_is_answered_in_an_edit_storm(make_harness) -> None:
+    h = await make_harness([("total = ", "compute(values)")], token_delay_s=0.005)
+    h.open(URI, "")
+    tasks = []
+    for char in "total = ":
+        h.type(URI, char)
+        tasks.append(h.complete_at_end(URI))
+    for _ in range(200):  # type and delete a character, 200 times, requesting after each edit
+        h.type(URI, "z")
+        tasks.append(h.complete_at_end(URI))
+        line, character = h.end(URI)
+        h.versions[URI] += 1
+        h.store.change(URI, h.versions[URI], [TextChange((line, character - 1, line, character), "")])
+        h.scheduler.document_changed(URI)
+        tasks.append(h.complete_at_end(URI))
+    answers = await asyncio.wait_for(asyncio.gather(*tasks), timeout=30)
+    assert len(answers) == len(tasks)
+    assert answers[-1] is not None and answers[-1].text == "compute(values)"
+    # Stale requests were not all run: newest-wins kept the worker on the newest only.
+    assert len(h.backend.calls) < len(tasks) / 2
+
+
+async def test_typing_that_matches_a_finished_suggestion_is_answered_without_the_model(make_harness) -> None:
+    h = await make_harness(RULES)
+    h.open(URI, "def greet(")
+    suggestion = await h.answer(URI)
+    h.type(URI, "na")
+    assert await h.answer(URI) == suggestion[2:]
+    h.type(URI, "me)")
+    assert await h.answer(URI) == suggestion[5:]
+    assert len(h.backend.calls) == 1
+    assert h.scheduler.stats.typed_ahead_hits == 2
+
+
+async def test_typing_that_matches_a_running_generation_keeps_it_going(make_harness) -> None:
+    h = await make_harness(RULES, token_delay_s=0.03)
+    h.open(URI, "def greet(")
+    first = h.complete_at_end(URI)
+    await asyncio.sleep(0.05)
+    h.type(URI, "name")  # agrees with what is being generated
+    second = h.complete_at_end(URI)
+    assert (await asyncio.wait_for(second, timeout=5)).text == "):\n    return 'hello ' + name\n"
+    assert (await asyncio.wait_for(first, timeout=5)).text == "name):\n    return 'hello ' + name\n"
+    assert len(h.backend.calls) == 1
+    assert h.backend.calls[0][1].finish_reason == "eos"
+
+
+async def test_divergent_typing_starts_again_with_the_old_suggestion_as_previous_completion(
+    make_harness,
+) -> None:
+    h = await make_harness(RULES + [("def greet(t", "itle):\n    pass\n")])
+    h.open(URI, "def greet(")
+    old = await h.answer(URI)
+    h.type(URI, "t")
+    assert await h.answer(URI) == "itle):\n    pass\n"
+    assert len(h.backend.calls) == 2
+    assert h.backend.calls[1][0].previous_completion == old
+
+
+async def test_first_line_first_answers_early_and_serves_the_rest_from_the_same_generation(
+    make_harness,
+) -> None:
+    h = await make_harness(RULES, token_delay_s=0.03, first_line_first=True)
+    h.open(URI, "def greet(")
+    assert await h.answer(URI) == "name):"
+    assert not h.backend.calls  # answered while the generation was still running
+    h.type(URI, "name):")  # the user accepts the first line
+    assert await h.answer(URI) == "\n    return 'hello ' + name"
+    await asyncio.sleep(0.3)
+    assert len(h.backend.calls) == 1 and h.backend.calls[0][1].finish_reason == "eos"
+
+
+async def test_cancelled_request_propagates_and_a_waiting_queue_entry_is_dropped(make_harness) -> None:
+    h = await make_harness([("a", "1 2 3 4 5 6 7 8 9"), ("b", "ok")], token_delay_s=0.02)
+    h.open(URI, "a")
+    h.open(OTHER, "b")
+    running = h.complete_at_end(URI)
+    await asyncio.sleep(0.05)
+    queued = h.complete_at_end(OTHER)
+    await asyncio.sleep(0)
+    queued.cancel()  # what pygls does on $/cancelRequest
+    with pytest.raises(asyncio.CancelledError):
+        await queued
+    assert (await asyncio.wait_for(running, timeout=5)).text == "1 2 3 4 5 6 7 8 9"
+    assert len(h.backend.calls) == 1  # the cancelled request never reached the model
+
+
+async def test_documents_are_served_fairly(make_harness) -> None:
+    h = await make_harness([("a", "1 2 3 4 5 6 7 8"), ("b", "4 5 6")], token_delay_s=0.02)
+    h.open(URI, "a")
+    h.open(OTHER, "b")
+    first = h.complete_at_end(URI)
+    await asyncio.sleep(0.05)  # running
+    other = h.complete_at_end(OTHER)  # queued behind the running generation
+    later = []
+    for char in "QRS":  # the first document keeps typing and asking: each request replaces the last
+        h.type(URI, char)
+        later.append(h.complete_at_end(URI))
+    answers = await asyncio.wait_for(asyncio.gather(first, other, *later), timeout=5)
+    assert [request.prompt for request, _ in h.backend.calls] == ["a", "b", "aQRS"]
+    assert answers[1].text == "4 5 6"
+    assert answers[0] is None and answers[2] is None and answers[3] is None  # stale ones: empty
+
+
+async def test_a_backend_that_fails_to_load_is_reported_and_requests_answer_empty(make_harness) -> None:
+    store = DocumentStore()
+    states: list[tuple[str, str]] = []
+    done = asyncio.Event()
+
+    def on_state(state: str, message: str) -> None:
+        states.append((state, message))
+        if state == "error":
+            done.set()
+
+    scheduler = Scheduler(
+        store,
+        ServerSettings(backend="fake"),
+        lambda s: FakeBackend.load(FakeSettings(fail_load="weights are corrupt")),
+        build_context=prefix_only_context,
+        finalize=lambda t, c: t,
+        on_state=on_state,
+    )
+    scheduler.start(asyncio.get_running_loop())
+    scheduler.load(scheduler.settings)
+    await asyncio.wait_for(done.wait(), timeout=5)
+    store.open(URI, "python", 1, "def greet(")
+    assert await scheduler.complete(URI, 0, 10) is None
+    assert states[-1][0] == "error" and "weights are corrupt" in states[-1][1]
+    scheduler.stop()
+
+
+async def test_an_exception_in_the_backend_is_logged_and_the_next_request_works(make_harness) -> None:
+    h = await make_harness([("boom", "!raise kaboom"), ("fine", " = 1")])
+    h.open(URI, "boom")
+    assert await h.answer(URI) == ""
+    assert any("kaboom" in line for line in h.logs)
+    h.type(URI, "\nfine")
+    assert await h.answer(URI) == " = 1"
+    assert h.scheduler.stats.failed_generations == 1
+
+
+async def test_closing_a_document_stops_its_generation(make_harness) -> None:
+    h = await make_harness([("x", " ".join(str(i) for i in range(100)))], token_delay_s=0.01)
+    h.open(URI, "x")
+    pending = h.complete_at_end(URI)
+    await asyncio.sleep(0.05)
+    h.scheduler.document_closed(URI)
+    h.store.close(URI)
+    assert await asyncio.wait_for(pending, timeout=2) is None
+    await asyncio.sleep(0.1)
+    assert h.backend.calls[0][1].finish_reason == "cancelled"
+
+
+def test_the_worker_is_the_only_thread_that_calls_the_backend() -> None:
+    seen: set[str] = set()
+
+    class Recording(FakeBackend):
+        def complete(self, request, *, on_text=None, cancel=None):  # type: ignore[no-untyped-def]
+            seen.add(threading.current_thread().name)
+            return super().complete(request, on_text=on_text, cancel=cancel)
+
+    async def scenario() -> None:
+        h = Harness(Recording(RULES), ServerSettings(backend="fake"))
+        h.scheduler.start(asyncio.get_running_loop())
+        h.scheduler.load(h.scheduler.settings)
+        await asyncio.wait_for(h.ready.wait(), timeout=5)
+        h.open(URI, "def greet(")
+        await h.answer(URI)
+        h.scheduler.stop()
+
+    asyncio.run(scenario())
+    assert seen == {"specls-engine"}
