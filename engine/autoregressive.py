@@ -1,0 +1,60 @@
+"""The baseline every speed claim is measured against: one target forward per generated token.
+
+It shares the window rule, prefix reuse, stop rules and streaming with the speculative loop
+(`engine.generation`), so the two differ only in how many tokens one forward yields.
+"""
+
+from __future__ import annotations
+
+from time import perf_counter
+
+import torch
+
+from engine.api import CancelToken, CompletionResult, OnText
+from engine.decoder import CausalDecoder
+from engine.generation import (
+    Decode,
+    DecodeSettings,
+    OutputTracker,
+    TokenPicker,
+    fit_prompt,
+    new_stats,
+    sync_cache,
+)
+
+
+def autoregressive_generate(
+    target: CausalDecoder,
+    prompt_ids: list[int],
+    settings: DecodeSettings,
+    *,
+    decode: Decode,
+    on_text: OnText | None = None,
+    cancel: CancelToken | None = None,
+) -> CompletionResult:
+    """Greedy or sampled decoding; prompts longer than the window are cut from the left (`fit_prompt`)."""
+    start = perf_counter()
+    prompt_ids, dropped = fit_prompt(prompt_ids, target.max_length, settings.max_new_tokens)
+    with torch.inference_mode():
+        reused = sync_cache(target, prompt_ids)
+        prefilled = perf_counter()
+        stats = new_stats(len(prompt_ids), reused, dropped)
+        picker = TokenPicker(settings)
+        output = OutputTracker(settings, decode, on_text)
+        pending = prompt_ids[-1]  # fed next; its logits choose the next token
+        while output.finish is None:
+            if cancel is not None and cancel.cancelled:
+                output.cancel()
+                break
+            token = picker.pick(target.forward([pending])[0])
+            stats["target_forwards"] += 1
+            output.extend([token])
+            pending = token
+    text, token_ids = output.result_parts()
+    end = perf_counter()
+    stats.update(
+        prefill_s=prefilled - start, decode_s=end - prefilled, wall_s=end - start, new_tokens=len(token_ids)
+    )
+    return CompletionResult(
+        text=text, finish_reason=output.finish or "length", token_ids=token_ids, stats=stats
+    )

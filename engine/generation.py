@@ -1,0 +1,214 @@
+"""Pieces the baseline and the speculative loop share, so both decode under exactly the same rules.
+
+- `fit_prompt`: the window rule (left truncation) and input checks.
+- `sync_cache`: prefix reuse across calls (prefill only the new tokens).
+- `TokenPicker`: the target's own choice of a token (greedy argmax, or warped sampling).
+- `OutputTracker`: EOS, max new tokens, stop strings, the stop callback, and streaming via `on_text`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from engine.api import CompletionRequest, FinishReason, OnText, StopCheck
+from engine.decoder import CausalDecoder
+from engine.verify import warp_logits
+
+Decode = Callable[[list[int]], str]
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    max_new_tokens: int = 64
+    temperature: float = 0.0  # 0 is greedy
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop_strings: tuple[str, ...] = ()
+    stop_check: StopCheck | None = None
+    eos_ids: frozenset[int] = field(default_factory=frozenset)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    @classmethod
+    def from_request(cls, request: CompletionRequest, eos_ids: frozenset[int]) -> DecodeSettings:
+        return cls(
+            max_new_tokens=request.max_new_tokens,
+            temperature=request.temperature,
+            top_k=request.top_k,
+            top_p=request.top_p,
+            seed=request.seed,
+            stop_strings=tuple(s for s in request.stop_strings if s),
+            stop_check=request.stop_check,
+            eos_ids=eos_ids,
+        )
+
+
+def fit_prompt(prompt_ids: Sequence[int], window: int, max_new_tokens: int) -> tuple[list[int], int]:
+    """Return (prompt ids that fit, number dropped).
+
+    Rule: prompt and completion must share the window, so when len(prompt) + max_new_tokens > window the
+    prompt keeps only its LAST window - max_new_tokens tokens (the text nearest the cursor matters most).
+    An empty prompt, max_new_tokens < 1, or max_new_tokens >= window (no room for any prompt) is an error.
+    """
+    if len(prompt_ids) == 0:
+        raise ValueError("the prompt is empty: the model needs at least one token to continue")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if max_new_tokens >= window:
+        raise ValueError(
+            f"max_new_tokens ({max_new_tokens}) must be smaller than the context window ({window})"
+        )
+    keep = window - max_new_tokens
+    dropped = max(0, len(prompt_ids) - keep)
+    return list(prompt_ids[dropped:]), dropped
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    limit = min(len(a), len(b))
+    for index in range(limit):
+        if a[index] != b[index]:
+            return index
+    return limit
+
+
+def sync_cache(decoder: CausalDecoder, prompt_ids: list[int]) -> int:
+    """Make the cache hold prompt_ids[:-1], reusing the common prefix; return the number of reused tokens.
+
+    The last prompt token stays "pending": the first decode step feeds it (with any drafts) and reads the
+    logits that choose the first new token, so every round is one forward and prefill needs no logits.
+    """
+    reused = common_prefix_length(decoder.cached_tokens, prompt_ids[:-1])
+    decoder.crop(reused)
+    remaining = prompt_ids[reused:-1]
+    if remaining:
+        prefill = getattr(decoder, "prefill", None)  # optional: skips the vocabulary projection
+        if prefill is not None:
+            prefill(remaining)
+        else:
+            decoder.forward(remaining)
+    return reused
+
+
+class TokenPicker:
+    """The target's choice from one row of logits: argmax when greedy, else a warped, seeded sample."""
+
+    def __init__(self, settings: DecodeSettings, device: torch.device | str = "cpu") -> None:
+        self.settings = settings
+        self.generator = torch.Generator(device=device)
+        if settings.seed is not None:
+            self.generator.manual_seed(settings.seed)
+        else:
+            self.generator.seed()
+
+    def warp(self, logits: torch.Tensor) -> torch.Tensor:
+        s = self.settings
+        return warp_logits(logits, s.temperature, s.top_k, s.top_p)
+
+    def pick(self, logits: torch.Tensor) -> int:
+        if self.settings.greedy:
+            return int(logits.argmax())
+        return int(torch.multinomial(self.warp(logits), 1, generator=self.generator))
+
+
+class OutputTracker:
+    """Collects accepted tokens, applies every stop rule, and streams the text that is final."""
+
+    def __init__(self, settings: DecodeSettings, decode: Decode, on_text: OnText | None = None) -> None:
+        self.settings = settings
+        self.decode = decode
+        self.on_text = on_text
+        self.token_ids: list[int] = []
+        self.text = ""
+        self.finish: FinishReason | None = None
+        self._streamed = ""
+
+    @property
+    def remaining(self) -> int:
+        return self.settings.max_new_tokens - len(self.token_ids)
+
+    def extend(self, new_ids: list[int]) -> None:
+        """Add the tokens accepted this round; sets `finish` when a stop rule fires."""
+        for index, token in enumerate(new_ids):
+            if token in self.settings.eos_ids:
+                new_ids = new_ids[:index]
+                self.finish = "eos"
+                break
+        new_ids = new_ids[: self.remaining]
+        self.token_ids.extend(new_ids)
+        if self.finish is None and self.remaining <= 0:
+            self.finish = "length"
+        self._apply_stop_rules()  # decoding a few hundred ids costs tens of microseconds: do it every round
+        self._stream()
+
+    def cancel(self) -> None:
+        if self.finish is None:
+            self.finish = "cancelled"
+
+    def result_parts(self) -> tuple[str, list[int]]:
+        return self.text, self.token_ids
+
+    def _apply_stop_rules(self) -> None:
+        text = self.decode(self.token_ids)
+        cut: int | None = None
+        for stop in self.settings.stop_strings:
+            found = text.find(stop)
+            if found != -1 and (cut is None or found < cut):
+                cut = found
+        if self.settings.stop_check is not None:
+            checked = self.settings.stop_check(text if cut is None else text[:cut])
+            if checked is not None and (cut is None or checked < cut):
+                cut = max(0, checked)
+        if cut is not None:
+            text = text[:cut]
+            self.token_ids = self._ids_covering(text)
+            self.finish = "stop"
+        self.text = text
+
+    def _ids_covering(self, text: str) -> list[int]:
+        """The shortest prefix of the accepted ids whose text covers the cut text (may overrun the cut)."""
+        for count in range(len(self.token_ids) + 1):
+            if len(self.decode(self.token_ids[:count]).rstrip("\ufffd")) >= len(text):
+                return self.token_ids[:count]
+        return self.token_ids
+
+    def _stream(self) -> None:
+        if self.on_text is None:
+            return
+        visible = self.text if self.finish is not None else self._settled(self.text)
+        if len(visible) > len(self._streamed):
+            self._streamed = visible
+            self.on_text(visible)
+
+    def _settled(self, text: str) -> str:
+        """Hold back an incomplete UTF-8 character and any tail that could still become a stop string."""
+        text = text.rstrip("\ufffd")
+        hold = 0
+        for stop in self.settings.stop_strings:
+            for size in range(min(len(stop) - 1, len(text)), hold, -1):
+                if text.endswith(stop[:size]):
+                    hold = size
+                    break
+        return text[: len(text) - hold]
+
+
+def new_stats(prompt_tokens: int, reused: int, dropped: int) -> dict[str, Any]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "reused_prompt_tokens": reused,
+        "truncated_prompt_tokens": dropped,
+        "target_forwards": 0,
+        "drafted": 0,
+        "accepted": 0,
+        "per_drafter": {},
+        "accepted_histogram": [],
+        "prefill_s": 0.0,
+        "decode_s": 0.0,
+        "wall_s": 0.0,
+    }

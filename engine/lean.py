@@ -1,0 +1,151 @@
+"""A lean Llama decoder: the weights of a Hugging Face `LlamaForCausalLM`, run by a few plain tensor ops.
+
+Why: at the bundled sizes the HF forward is dominated by per-call Python overhead (STACK-NOTES). This path
+keeps one preallocated key/value tensor per layer, written by position (gpt-fast style), so a rollback is
+just forgetting positions: rejected slots are overwritten by the next forward. Attention is SDPA.
+q/k/v and gate/up projections are fused into one matmul each.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+PREFILL_CHUNK = 512  # bounds the attention scores buffer for long prompts
+
+
+def supports_lean(model: PreTrainedModel) -> bool:
+    """Llama-family checkpoints with plain RoPE scaling, SiLU MLP and no sliding window."""
+    config = model.config
+    if getattr(config, "model_type", None) != "llama":
+        return False
+    rope = getattr(config, "rope_parameters", None) or {}
+    return (
+        rope.get("rope_type", "default") in ("default", "linear", "llama3")
+        and getattr(config, "hidden_act", "silu") == "silu"
+        and not getattr(config, "mlp_bias", False)
+    )
+
+
+class _Layer:
+    def __init__(self, hf_layer: Any) -> None:
+        attn = hf_layer.self_attn
+        mlp = hf_layer.mlp
+        self.input_norm = hf_layer.input_layernorm.weight
+        self.post_norm = hf_layer.post_attention_layernorm.weight
+        self.qkv_weight = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
+        biases = [attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias]
+        self.qkv_bias = torch.cat(biases) if all(b is not None for b in biases) else None
+        self.o_weight = attn.o_proj.weight
+        self.o_bias = attn.o_proj.bias
+        self.gate_up_weight = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
+        self.down_weight = mlp.down_proj.weight
+
+
+class LeanLlamaDecoder:
+    """`CausalDecoder` over a Llama checkpoint with a static cache of `max_length` positions."""
+
+    def __init__(self, model: PreTrainedModel, max_length: int | None = None) -> None:
+        if not supports_lean(model):
+            raise ValueError(f"the lean decoder supports Llama checkpoints, not {model.config.model_type!r}")
+        config = model.config
+        context = int(config.max_position_embeddings)
+        self.max_length = min(max_length, context) if max_length else context
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self.num_heads = int(config.num_attention_heads)
+        self.num_kv_heads = int(getattr(config, "num_key_value_heads", None) or self.num_heads)
+        self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.num_heads)
+        self.eps = float(config.rms_norm_eps)
+        self.hidden_size = int(config.hidden_size)
+        weight: torch.Tensor = model.get_input_embeddings().weight  # type: ignore[assignment]
+        self.device, self.dtype = weight.device, weight.dtype
+        with torch.inference_mode():
+            inner: Any = model.model
+            self.embed = inner.embed_tokens.weight
+            self.layers = [_Layer(layer) for layer in inner.layers]
+            self.final_norm = inner.norm.weight
+            output: Any = model.get_output_embeddings()
+            self.lm_head: torch.Tensor = output.weight  # the same tensor as `embed` when tied
+            # HF's rotary module already applies rope_theta and any scaling type; tabulate it once.
+            positions = torch.arange(self.max_length, device=self.device)[None]
+            cos, sin = inner.rotary_emb(weight[:1][None], positions)
+            self.cos, self.sin = cos[0].to(self.dtype), sin[0].to(self.dtype)  # [max_length, head_dim]
+            shape = (len(self.layers), self.num_kv_heads, self.max_length, self.head_dim)
+            self.keys = torch.zeros(shape, device=self.device, dtype=self.dtype)
+            self.values = torch.zeros(shape, device=self.device, dtype=self.dtype)
+        self._tokens: list[int] = []
+        kv_width = self.num_kv_heads * self.head_dim
+        self._split = [self.num_heads * self.head_dim, kv_width, kv_width]
+
+    @property
+    def cached_tokens(self) -> list[int]:
+        return list(self._tokens)
+
+    @property
+    def num_cached(self) -> int:
+        return len(self._tokens)
+
+    def crop(self, length: int) -> None:
+        # Positions past `length` stay in the tensors and are overwritten by the next forward.
+        del self._tokens[max(0, length) :]
+
+    def forward(self, token_ids: list[int]) -> torch.Tensor:
+        return self._run(token_ids, logits=True)
+
+    def prefill(self, token_ids: list[int]) -> None:
+        """Append tokens whose logits nobody needs (the prompt): skips the vocabulary projection."""
+        for start in range(0, len(token_ids), PREFILL_CHUNK):
+            self._run(token_ids[start : start + PREFILL_CHUNK], logits=False)
+
+    @torch.inference_mode()
+    def _run(self, token_ids: list[int], logits: bool) -> torch.Tensor:
+        count = len(token_ids)
+        start = len(self._tokens)
+        end = start + count
+        if count == 0:
+            return torch.empty(0, self.vocab_size)
+        if end > self.max_length:
+            raise ValueError(
+                f"cache holds {self.max_length} positions; {start} cached + {count} new do not fit"
+            )
+        ids = torch.tensor(token_ids, device=self.device)
+        hidden = F.embedding(ids, self.embed)  # [count, hidden]
+        cos, sin = self.cos[start:end], self.sin[start:end]
+        mask = None
+        if count > 1:  # query i sits at position start + i and sees keys 0..start + i
+            key_pos = torch.arange(end, device=self.device)
+            mask = key_pos[None, :] <= torch.arange(start, end, device=self.device)[:, None]
+        norm_shape = (self.hidden_size,)
+        for index, layer in enumerate(self.layers):
+            normed = F.rms_norm(hidden, norm_shape, layer.input_norm, self.eps)
+            q, k, v = F.linear(normed, layer.qkv_weight, layer.qkv_bias).split(self._split, dim=-1)
+            q = _rope(q.view(count, self.num_heads, self.head_dim).transpose(0, 1), cos, sin)
+            k = _rope(k.view(count, self.num_kv_heads, self.head_dim).transpose(0, 1), cos, sin)
+            keys, values = self.keys[index], self.values[index]
+            keys[:, start:end] = k
+            values[:, start:end] = v.view(count, self.num_kv_heads, self.head_dim).transpose(0, 1)
+            attended = F.scaled_dot_product_attention(
+                q[None], keys[None, :, :end], values[None, :, :end], attn_mask=mask, enable_gqa=True
+            )
+            merged = attended[0].transpose(0, 1).reshape(count, self.num_heads * self.head_dim)
+            hidden = hidden + F.linear(merged, layer.o_weight, layer.o_bias)
+            normed = F.rms_norm(hidden, norm_shape, layer.post_norm, self.eps)
+            gate, up = F.linear(normed, layer.gate_up_weight).chunk(2, dim=-1)
+            hidden = hidden + F.linear(F.silu(gate) * up, layer.down_weight)
+        self._tokens.extend(token_ids)
+        if not logits:
+            return hidden.new_empty(0)
+        hidden = F.rms_norm(hidden, norm_shape, self.final_norm, self.eps)
+        return F.linear(hidden, self.lm_head).float()
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding in HF's half-split layout: x * cos + rotate_half(x) * sin."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin

@@ -1,0 +1,245 @@
+"""Load a target and a draft model: the bundled pair, a local Hugging Face folder, or a hub id.
+
+Only a hub id may touch the network, and only because the user named it. A pair whose tokenizers
+differ is refused: speculative verification compares token ids, so both models must speak the same ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+BUNDLED_DIR = Path(__file__).resolve().parent / "bundled"
+Role = Literal["target", "draft"]
+
+# "org/name" or "name" with the characters the hub allows; anything else is treated as a path.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
+
+
+class ModelLoadError(RuntimeError):
+    """A model or tokenizer could not be loaded; the message says which path and what to do."""
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    spec: str  # what the user asked for ("bundled", a path or a hub id)
+    location: str  # a local folder, or the hub id itself
+    is_local: bool
+
+
+@dataclass
+class ModelPair:
+    target: PreTrainedModel
+    draft: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    device: torch.device
+    dtype: torch.dtype
+    target_source: ModelSource
+    draft_source: ModelSource
+
+
+def resolve_model_path(spec: str | None, role: Role = "target") -> ModelSource:
+    """None or "bundled" -> engine/bundled/<role>; an existing folder -> that folder; else a hub id.
+
+    A spec that looks like a path (starts with /, ., ~ or contains a backslash) but does not exist is an
+    error, never a hub lookup.
+    """
+    if spec is None or spec == "bundled":
+        folder = BUNDLED_DIR / role
+        if not (folder / "config.json").is_file():
+            raise ModelLoadError(
+                f"the bundled {role} model is missing at {folder}: train it with `specls train`, "
+                f"or pass --{role} PATH_OR_HUB_ID"
+            )
+        return ModelSource(spec="bundled", location=str(folder), is_local=True)
+    expanded = Path(os.path.expanduser(spec))
+    if expanded.is_dir():
+        return ModelSource(spec=spec, location=str(expanded.resolve()), is_local=True)
+    if expanded.exists():
+        raise ModelLoadError(f"{role} model path {spec!r} is a file; expected a Hugging Face model folder")
+    looks_like_path = spec.startswith(("/", ".", "~")) or "\\" in spec or spec.count("/") > 1
+    if looks_like_path or not _HUB_ID.match(spec):
+        raise ModelLoadError(f"{role} model folder {spec!r} does not exist")
+    return ModelSource(spec=spec, location=spec, is_local=False)
+
+
+def check_model_folder(folder: Path, role: Role) -> None:
+    """Fail early, with the file name, on a folder that cannot hold a loadable checkpoint."""
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        raise ModelLoadError(f"{role} model folder {folder} has no config.json")
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelLoadError(f"{role} model config {config_path} is not valid JSON: {exc}") from exc
+    if not isinstance(config, dict) or "model_type" not in config:
+        raise ModelLoadError(f"{role} model config {config_path} has no model_type")
+    if not any((folder / name).is_file() for name in _WEIGHT_FILES):
+        raise ModelLoadError(f"{role} model folder {folder} has no model.safetensors weights")
+
+
+def pick_device(device: str = "auto") -> torch.device:
+    import torch
+
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device!r} was requested but CUDA is not available")
+    return resolved
+
+
+def default_dtype(device: torch.device) -> torch.dtype:
+    """bf16 on CUDA; fp32 on CPU, where whole-model bf16 decode measured slower (see STACK-NOTES)."""
+    import torch
+
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def configure_threads(num_threads: int | None = None) -> int:
+    """Small models stop scaling past a few threads and extra threads only add sync cost; cap at 8."""
+    import torch
+
+    if num_threads is None:
+        num_threads = min(torch.get_num_threads(), os.cpu_count() or 1, 8)
+    torch.set_num_threads(max(1, num_threads))
+    return torch.get_num_threads()
+
+
+def _load_model(source: ModelSource, role: Role, device: torch.device, dtype: torch.dtype) -> PreTrainedModel:
+    from transformers import AutoModelForCausalLM
+
+    if source.is_local:
+        check_model_folder(Path(source.location), role)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(source.location, dtype=dtype)
+    except OSError as exc:
+        if source.is_local:
+            raise ModelLoadError(f"cannot load the {role} model from {source.location}: {exc}") from exc
+        raise ModelLoadError(
+            f"cannot load the {role} model {source.location!r} from the Hugging Face hub (offline, or no "
+            f"such model?). Pass a local folder instead. Details: {exc}"
+        ) from exc
+    except Exception as exc:  # safetensors and config errors come in many types; name the path
+        raise ModelLoadError(f"cannot load the {role} model from {source.location}: {exc}") from exc
+    model.to(device)  # type: ignore[arg-type]
+    model.eval()
+    model.requires_grad_(False)
+    return model
+
+
+def _load_tokenizer(source: ModelSource, role: Role) -> PreTrainedTokenizerBase:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(source.location)
+    except Exception as exc:
+        raise ModelLoadError(f"cannot load the {role} tokenizer from {source.location}: {exc}") from exc
+
+
+def check_same_tokenizer(target: PreTrainedTokenizerBase, draft: PreTrainedTokenizerBase) -> None:
+    """Refuse a pair whose vocabularies differ; the message names one differing token."""
+    target_vocab: dict[str, int] = target.get_vocab()
+    draft_vocab: dict[str, int] = draft.get_vocab()
+    if target_vocab == draft_vocab:
+        return
+    differing = sorted(set(target_vocab.items()) ^ set(draft_vocab.items()), key=lambda item: item[1])
+    token, token_id = differing[0]
+    raise ModelLoadError(
+        "target and draft tokenizers differ, so the draft cannot propose target tokens: "
+        f"{len(target_vocab)} vs {len(draft_vocab)} tokens, first difference at id {token_id} ({token!r}). "
+        "Pick a draft trained with the target's tokenizer."
+    )
+
+
+def load_pair(
+    target: str | None = None,
+    draft: str | None = None,
+    device: str = "auto",
+    dtype: torch.dtype | None = None,
+    num_threads: int | None = None,
+) -> ModelPair:
+    """Load target, draft and their shared tokenizer onto one device, ready for inference."""
+    target_source = resolve_model_path(target, "target")
+    draft_source = resolve_model_path(draft, "draft")
+    resolved_device = pick_device(device)
+    resolved_dtype = dtype if dtype is not None else default_dtype(resolved_device)
+    if resolved_device.type == "cpu":
+        configure_threads(num_threads)
+    tokenizer = _load_tokenizer(target_source, "target")
+    check_same_tokenizer(tokenizer, _load_tokenizer(draft_source, "draft"))
+    target_model = _load_model(target_source, "target", resolved_device, resolved_dtype)
+    draft_model = _load_model(draft_source, "draft", resolved_device, resolved_dtype)
+    return ModelPair(
+        target=target_model,
+        draft=draft_model,
+        tokenizer=tokenizer,
+        device=resolved_device,
+        dtype=resolved_dtype,
+        target_source=target_source,
+        draft_source=draft_source,
+    )
+
+
+def describe_model(source: ModelSource) -> dict[str, Any]:
+    """Path, size on disk and parameter count, read from safetensors headers without loading weights."""
+    info: dict[str, Any] = {"spec": source.spec, "location": source.location, "local": source.is_local}
+    if not source.is_local:
+        return info
+    from safetensors import safe_open
+
+    folder = Path(source.location)
+    info["bytes"] = sum(path.stat().st_size for path in folder.iterdir() if path.is_file())
+    params = 0
+    for weights in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(weights), framework="pt") as handle:
+            for name in handle.keys():  # noqa: SIM118 - safe_open is not a mapping
+                shape = handle.get_slice(name).get_shape()
+                count = 1
+                for dim in shape:
+                    count *= dim
+                params += count
+    info["params"] = params
+    config_path = folder / "config.json"
+    if config_path.is_file():
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        info["model_type"] = config.get("model_type")
+        info["context_length"] = config.get("max_position_embeddings") or config.get("n_positions")
+    return info
+
+
+def bundled_fim_prompt(prefix: str, suffix: str) -> str:
+    """The bundled pair's SPM fill-in-the-middle prompt (suffix first keeps the KV cache warm)."""
+    from engine.train.tokenizer import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
+
+    return f"{FIM_SUFFIX}{suffix}{FIM_PREFIX}{prefix}{FIM_MIDDLE}"
+
+
+def end_of_text_ids(
+    tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel | None = None
+) -> frozenset[int]:
+    """Ids that end a completion: the tokenizer's EOS, the model's generation EOS ids, a file separator."""
+    from engine.train.tokenizer import FILE_SEP
+
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    generation_config = getattr(model, "generation_config", None)
+    eos = getattr(generation_config, "eos_token_id", None)
+    if isinstance(eos, int):
+        ids.add(eos)
+    elif isinstance(eos, list):
+        ids.update(int(token) for token in eos)
+    vocab = tokenizer.get_vocab()
+    if FILE_SEP in vocab:
+        ids.add(vocab[FILE_SEP])
+    return frozenset(ids)

@@ -1,0 +1,132 @@
+"""Lossless speculative decoding: drafters propose, the target verifies all drafts in one forward.
+
+Greedy output is token-identical to `engine.autoregressive` on the same target; sampled output follows the
+target's distribution (Leviathan et al. 2023, Alg. 1, in `engine.verify`).
+
+Cache invariant: the target caches every context token except the last ("pending") one. A round feeds
+[pending] + k drafts, reads k + 1 rows of logits, accepts n drafts plus one target token, and crops the cache
+back to the context minus its new last token; rejected positions are simply forgotten.
+"""
+
+from __future__ import annotations
+
+from time import perf_counter
+from typing import Any
+
+import torch
+
+from engine.api import CancelToken, CompletionResult, DraftContext, DraftLengthPolicy, OnText
+from engine.decoder import CausalDecoder
+from engine.drafters.base import Draft, Drafter
+from engine.generation import (
+    Decode,
+    DecodeSettings,
+    OutputTracker,
+    TokenPicker,
+    fit_prompt,
+    new_stats,
+    sync_cache,
+)
+from engine.verify import greedy_accept, speculative_sample_accept
+
+CONTEXT_CHARS = 400  # characters of text before the next token that a draft-length policy sees
+
+
+def speculative_generate(
+    target: CausalDecoder,
+    drafter: Drafter,
+    prompt_ids: list[int],
+    settings: DecodeSettings,
+    policy: DraftLengthPolicy,
+    *,
+    decode: Decode,
+    on_text: OnText | None = None,
+    cancel: CancelToken | None = None,
+) -> CompletionResult:
+    """Generate a completion of `prompt_ids`; prompts longer than the window are cut from the left.
+
+    Window rule (`engine.generation.fit_prompt`): prompt + max_new_tokens must fit the target's window, so
+    an over-long prompt keeps only its last window - max_new_tokens tokens. The cancel token is polled
+    before every draft and before every verify; a cancelled call returns what it has accepted, and the
+    cache invariant holds after every round, so the next call is unaffected.
+    """
+    start = perf_counter()
+    prompt_ids, dropped = fit_prompt(prompt_ids, target.max_length, settings.max_new_tokens)
+    cancelled = (lambda: cancel.cancelled) if cancel is not None else (lambda: False)
+    with torch.inference_mode():
+        # 1. Prefill: reuse the cached prefix shared with the previous call, feed only the new tokens.
+        reused = sync_cache(target, prompt_ids)
+        prefilled = perf_counter()
+        stats = new_stats(len(prompt_ids), reused, dropped)
+        picker = TokenPicker(settings)
+        output = OutputTracker(settings, decode, on_text)
+        context = list(prompt_ids)
+        while output.finish is None:
+            # 2. Size this round's draft: the drafter says what it can offer, the policy picks k.
+            if cancelled():
+                break
+            k = _draft_length(drafter, policy, context, output, decode)
+            k = min(k, output.remaining - 1, target.max_length - len(context))
+            # 3. Draft (the model drafter polls nothing itself; a round of it is a few small forwards).
+            draft = drafter.propose(context, k) if k > 0 else Draft([], None, drafter.name)
+            draft_ids = draft.token_ids[:k]
+            if cancelled():
+                break
+            # 4. Verify every draft in ONE target forward: k + 1 rows of logits.
+            logits = target.forward([context[-1], *draft_ids])
+            stats["target_forwards"] += 1
+            # 5. Accept: greedy prefix match, or Leviathan Alg. 1 with the drafter's q (one-hot when None).
+            if settings.greedy:
+                accepted, next_token = greedy_accept(draft_ids, logits)
+            else:
+                draft_probs = draft.draft_probs[: len(draft_ids)] if draft.draft_probs is not None else None
+                accepted, next_token = speculative_sample_accept(
+                    draft_ids, draft_probs, picker.warp(logits), picker.generator
+                )
+            # 6. Roll back: keep the pending token and the accepted drafts; tell the drafter.
+            target.crop(len(context) + accepted)
+            new_tokens = [*draft_ids[:accepted], next_token]
+            context.extend(new_tokens)
+            drafter.observe(context, accepted, len(draft_ids))
+            _count_round(stats, draft.drafter or drafter.name, len(draft_ids), accepted)
+            # 7. Stream the accepted text and apply the stop rules (EOS, length, stop strings, callback).
+            output.extend(new_tokens)
+        if output.finish is None:
+            output.cancel()
+    text, token_ids = output.result_parts()
+    end = perf_counter()
+    stats.update(
+        prefill_s=prefilled - start, decode_s=end - prefilled, wall_s=end - start, new_tokens=len(token_ids)
+    )
+    return CompletionResult(
+        text=text, finish_reason=output.finish or "cancelled", token_ids=token_ids, stats=stats
+    )
+
+
+def _draft_length(
+    drafter: Drafter, policy: DraftLengthPolicy, context: list[int], output: OutputTracker, decode: Decode
+) -> int:
+    plan = getattr(drafter, "plan", None)  # planning drafters say which of them will propose, and if free
+    name, lookup_hit = drafter.name, False
+    if plan is not None:
+        decided = plan(context)
+        name, lookup_hit = decided.drafter, decided.lookup_hit
+    ctx = DraftContext(
+        text_before=decode(context[-CONTEXT_CHARS // 3 :])[-CONTEXT_CHARS:],
+        generated=output.text,
+        drafter=name,
+        lookup_hit=lookup_hit,
+    )
+    return max(0, int(policy.max_draft_tokens(ctx)))
+
+
+def _count_round(stats: dict[str, Any], drafter: str, drafted: int, accepted: int) -> None:
+    stats["drafted"] += drafted
+    stats["accepted"] += accepted
+    per = stats["per_drafter"].setdefault(drafter, {"rounds": 0, "drafted": 0, "accepted": 0})
+    per["rounds"] += 1
+    per["drafted"] += drafted
+    per["accepted"] += accepted
+    histogram: list[int] = stats["accepted_histogram"]
+    histogram.extend([0] * (accepted + 1 - len(histogram)))
+    histogram[accepted] += 1
