@@ -1,0 +1,115 @@
+// The language client: starts `specls serve`, forwards settings, and wires status and suggestion events.
+import * as vscode from "vscode";
+import {
+  LanguageClient,
+  type LanguageClientOptions,
+  type Middleware,
+  type ServerOptions,
+  TransportKind,
+} from "vscode-languageclient/node";
+
+import { currentConfig, SECTION, serverLaunch, toInitializationOptions } from "./settings";
+import type { ServerStatus, StatusBar } from "./statusBar";
+import { ACCEPT_COMMAND, SuggestionTracker, suggestionIdOf } from "./suggestions";
+
+export class SpeclsServer implements vscode.Disposable {
+  private client: LanguageClient | undefined;
+  private readonly tracker = new SuggestionTracker((method, params) => {
+    void this.client?.sendNotification(method, params);
+  });
+  private readonly subscriptions: vscode.Disposable[] = [];
+
+  constructor(
+    private readonly output: vscode.LogOutputChannel,
+    private readonly statusBar: StatusBar,
+  ) {
+    this.subscriptions.push(
+      vscode.workspace.onDidCloseTextDocument((document) => this.tracker.closed(document.uri.toString())),
+    );
+  }
+
+  async start(): Promise<void> {
+    const config = currentConfig();
+    const launch = serverLaunch(config);
+    const serverOptions: ServerOptions = {
+      command: launch.command,
+      args: launch.args,
+      transport: TransportKind.stdio,
+    };
+    const clientOptions: LanguageClientOptions = {
+      documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
+      initializationOptions: toInitializationOptions(config),
+      outputChannel: this.output,
+      middleware: this.middleware(),
+    };
+    this.output.info(`starting: ${launch.command} ${launch.args.join(" ")}`);
+    this.statusBar.update({ state: "loading", message: `starting ${launch.command}` });
+    const client = new LanguageClient("specls", "specls", serverOptions, clientOptions);
+    client.onNotification("specls/status", (status: ServerStatus) => this.statusBar.update(status));
+    this.client = client;
+    this.tracker.reset();
+    try {
+      await client.start();
+    } catch (error) {
+      const message = error instanceof Error ? error.message : String(error);
+      this.statusBar.update({ state: "error", message: `could not start ${launch.command}: ${message}` });
+      throw error;
+    }
+  }
+
+  async stop(): Promise<void> {
+    const client = this.client;
+    this.client = undefined;
+    if (client?.isRunning()) {
+      await client.stop();
+    }
+  }
+
+  async restart(): Promise<void> {
+    await this.stop();
+    await this.start();
+  }
+
+  /** Live settings (not the model or the process) go to the running server. */
+  async sendSettings(): Promise<void> {
+    await this.client?.sendNotification("workspace/didChangeConfiguration", {
+      settings: { [SECTION]: toInitializationOptions(currentConfig()) },
+    });
+  }
+
+  /** The server's local statistics (never sent anywhere else). */
+  async stats(): Promise<unknown> {
+    if (!this.client?.isRunning()) {
+      throw new Error("the specls server is not running");
+    }
+    return this.client.sendRequest("specls/stats", {});
+  }
+
+  private middleware(): Middleware {
+    return {
+      provideInlineCompletionItems: async (document, position, context, token, next) => {
+        const result = await next(document, position, context, token);
+        const items = Array.isArray(result) ? result : (result?.items ?? []);
+        const first = items[0] as { command?: vscode.Command } | undefined;
+        if (!token.isCancellationRequested) {
+          this.tracker.shown(document.uri.toString(), first ? suggestionIdOf(first) : undefined);
+        }
+        return result;
+      },
+      // VS Code runs an accepted item's command; the client forwards it to the server, which counts it.
+      executeCommand: (command, args: unknown[], next): vscode.ProviderResult<unknown> => {
+        if (command === ACCEPT_COMMAND && args.length > 0) {
+          this.tracker.accepted(String(args[0]));
+        }
+        return next(command, args) as vscode.ProviderResult<unknown>;
+      },
+    };
+  }
+
+  dispose(): void {
+    for (const subscription of this.subscriptions) {
+      subscription.dispose();
+    }
+    void this.stop();
+  }
+}
