@@ -1,0 +1,131 @@
+"""Helpers for the remote-backend tests: a tiny Llama in Hugging Face format, its GGUF export, and a
+real `llama-server` process serving it on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sysconfig
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BUNDLED_TARGET = REPO_ROOT / "engine" / "bundled" / "target"
+BUILD_HINT = "build it with `bash scripts/build_llama_server.sh` (or set SPECLS_LLAMA_SERVER)"
+
+
+def find_llama_server() -> Path | None:
+    """$SPECLS_LLAMA_SERVER, else the binary cached by scripts/build_llama_server.sh, else PATH."""
+    configured = os.environ.get("SPECLS_LLAMA_SERVER")
+    if configured:
+        return Path(configured)
+    cache = Path(os.environ.get("SPECLS_CACHE_DIR", Path.home() / ".cache" / "specls"))
+    cached = cache / "bin" / "llama-server"
+    if cached.exists():
+        return cached
+    found = shutil.which("llama-server")
+    return Path(found) if found else None
+
+
+def _stdlib_sample(max_chars: int = 400_000) -> list[str]:
+    """Some local Python source to train the test tokenizer on (no download needed)."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    texts: list[str] = []
+    total = 0
+    for path in sorted(stdlib.glob("*.py")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        texts.append(text)
+        total += len(text)
+        if total >= max_chars:
+            break
+    return texts
+
+
+def build_tiny_llama(folder: Path) -> Path:
+    """A randomly initialised 2-layer Llama with a real byte-level BPE tokenizer, saved like the bundled pair.
+
+    The large initializer range makes logits far from tied, so greedy output is stable across
+    numeric backends (PyTorch vs ggml) and the comparison tests mean something.
+    """
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from engine.train.tokenizer import tokenizer_config, train_code_tokenizer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = train_code_tokenizer(_stdlib_sample(), vocab_size=512)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(512)), encoding="utf-8")
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,  # grouped-query attention exercises the k permutation with fewer heads
+        max_position_embeddings=512,
+        initializer_range=0.25,
+        tie_word_embeddings=False,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=0,
+    )
+    LlamaForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class LlamaServer:
+    process: subprocess.Popen[bytes]
+    url: str
+    log_path: Path
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+def start_llama_server(
+    binary: Path, model: Path, log_path: Path, *, alias: str = "specls-test"
+) -> LlamaServer:
+    """Start llama-server on a free loopback port and wait until /health answers 200."""
+    port = free_port()
+    command = [
+        str(binary), "--model", str(model), "--alias", alias, "--host", "127.0.0.1", "--port", str(port),
+        "--ctx-size", "512", "--parallel", "1", "--threads", "1", "--no-warmup",
+    ]  # fmt: skip
+    log = log_path.open("wb")
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(
+                f"llama-server exited with {process.returncode}:\n{log_path.read_text()[-3000:]}"
+            )
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=1) as response:
+                if response.status == 200:
+                    return LlamaServer(process=process, url=url, log_path=log_path)
+        except OSError:
+            pass
+        time.sleep(0.1)
+    process.kill()
+    raise RuntimeError(f"llama-server did not become healthy in 60 s:\n{log_path.read_text()[-3000:]}")
