@@ -128,7 +128,7 @@ class FakeBackend:
 
 
 def _stop_index(text: str, request: CompletionRequest) -> int | None:
-    cuts = [index for s in request.stop_strings if s and (index := text.find(s)) >= 0]
-    if request.stop_check is not None and (index := request.stop_check(text)) is not None:
-        cuts.append(index)
+    cuts = [found for s in request.stop_strings if s and (found := text.find(s)) >= 0]
+    if request.stop_check is not None and (checked := request.stop_check(text)) is not None:
+        cuts.append(checked)
     return min(cuts) if cuts else None

@@ -98,7 +98,7 @@ def test_fake_backend_follows_its_script() -> None:
 
 
 def prefix_only_context(store, uri, offset, info, settings, count_tokens):  # type: ignore[no-untyped-def]
-    """A test double for lsp_server.context.build_completion_context: the prompt is the text before the cursor."""
+    """Stands in for build_completion_context: the prompt is the text before the cursor."""
     text = store.get(uri).text
     return SimpleNamespace(
         prompt=text[:offset],
