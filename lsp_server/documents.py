@@ -179,6 +179,14 @@ class Document:
     def line_count(self) -> int:
         return len(self.lines)
 
+    def line_of(self, offset: int) -> int:
+        """The line holding character `offset`."""
+        return self.lines.line_of_char(offset)
+
+    def line_start(self, line: int) -> int:
+        """Character offset where `line` starts."""
+        return self.lines.char_start(line)
+
     def line_text(self, line: int) -> str:
         """Line `line` without its terminator ("\\n" or "\\r\\n")."""
         start = self.lines.char_start(line)

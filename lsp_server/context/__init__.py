@@ -1,1 +1,28 @@
-"""Completion context: FIM prompts, snippets, completion mode, stop rules and draft-length policy."""
+"""Completion context: FIM prompts, snippets, completion mode, stop rules and draft-length policy.
+
+Pure functions over the document store; the server and the remote backend call `build_completion_context`
+and `finalize_completion`, the benchmark uses `syntax_context_of` and `prefix_reuse_rate`.
+"""
+
+from lsp_server.context.builder import (
+    CompletionContext,
+    ContextSettings,
+    build_completion_context,
+    finalize_completion,
+)
+from lsp_server.context.fim import FimTemplate, Snippet, detect_fim_template, prefix_reuse_rate
+from lsp_server.context.policy import FixedDraftPolicy, SyntaxDraftPolicy, syntax_context_of
+
+__all__ = [
+    "CompletionContext",
+    "ContextSettings",
+    "FimTemplate",
+    "FixedDraftPolicy",
+    "Snippet",
+    "SyntaxDraftPolicy",
+    "build_completion_context",
+    "detect_fim_template",
+    "finalize_completion",
+    "prefix_reuse_rate",
+    "syntax_context_of",
+]

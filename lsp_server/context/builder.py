@@ -1,0 +1,191 @@
+"""Everything the engine needs for one completion at one cursor: prompt, mode, stop rules, draft policy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from engine.api import BackendInfo, DraftLengthPolicy, StopCheck
+from lsp_server.context.fim import (
+    BLOCK_LINES,
+    PREFIX_ONLY,
+    FimTemplate,
+    detect_fim_template,
+    fit_prefix_suffix,
+)
+from lsp_server.context.languages import language_spec
+from lsp_server.context.policy import SyntaxDraftPolicy, identifiers_in
+from lsp_server.context.snippets import select_snippets
+from lsp_server.context.stops import SyntaxStopRules, finalize
+from lsp_server.context.syntax import Mode, completion_mode, indent_width, opens_block
+
+if TYPE_CHECKING:
+    from lsp_server.documents import Document, DocumentStore
+
+
+@dataclass
+class ContextSettings:
+    max_prompt_tokens: int = 1536
+    prefix_fraction: float = 0.75  # of the file's share of the budget; the suffix gets the rest
+    max_snippets: int = 3
+    suppress_in_comments: bool = True  # "none" mode inside comments and strings
+    max_lines: int = 8
+    snippet_fraction: float = 0.25  # of the budget, at most, for other-file snippets
+    reserve_tokens: int = 128  # kept free of the model's context length for the completion itself
+    tab_size: int = 4
+
+
+@dataclass
+class CompletionContext:
+    prompt: str  # full prompt with the FIM template applied (stable parts first); "" when mode is "none"
+    prefix: str  # file text before the cursor (trimmed to the budget)
+    suffix: str  # file text after the cursor (trimmed to the budget)
+    mode: Mode
+    stop_check: StopCheck
+    draft_policy: DraftLengthPolicy
+    lookup_snippets: tuple[str, ...]  # other-file snippets, also for the engine's n-gram drafter
+    stop_strings: tuple[str, ...]
+    template: FimTemplate = field(default=PREFIX_ONLY)
+    stop_rules: SyntaxStopRules | None = None  # the same object as stop_check, for finalize_completion
+
+
+def prompt_budget(info: BackendInfo, settings: ContextSettings) -> int:
+    """Tokens the prompt may use: the setting, within the model's context minus room for the completion."""
+    return max(0, min(settings.max_prompt_tokens, info.context_length - settings.reserve_tokens))
+
+
+def block_indent_at(doc_text: str, offset: int, line_before: str, tab_size: int) -> int:
+    """Lines of the completion indented less than this end the cursor's block."""
+    if line_before.strip():
+        # Code before the cursor: the body of a block it opens is deeper than the line itself.
+        return indent_width(line_before, tab_size) + 1
+    if line_before:
+        return indent_width(line_before, tab_size)
+    # Column 0 of an empty line: the block the surrounding lines are in, as far as both agree.
+    line_start = offset - len(line_before)
+    previous = _nearest_code_line(doc_text[max(0, line_start - 4000) : line_start].split("\n")[::-1])
+    following = _nearest_code_line(doc_text[offset : offset + 4000].split("\n")[1:])
+    from_previous = 0
+    if previous is not None:
+        from_previous = indent_width(previous, tab_size) + (1 if opens_block(previous) else 0)
+    from_following = indent_width(following, tab_size) if following is not None else 0
+    return min(from_previous, from_following)
+
+
+def _nearest_code_line(lines: list[str]) -> str | None:
+    return next((line for line in lines if line.strip()), None)
+
+
+def build_completion_context(
+    store: DocumentStore,
+    uri: str,
+    offset: int,
+    info: BackendInfo,
+    settings: ContextSettings,
+    count_tokens: Callable[[str], int],
+) -> CompletionContext:
+    """Assemble the completion context for the cursor at character `offset` of document `uri`."""
+    doc = store.get(uri)
+    text = doc.text
+    if not 0 <= offset <= len(text):
+        raise ValueError(f"offset {offset} is outside {uri} (length {len(text)})")
+    spec = language_spec(doc.language)
+    line_before = text[text.rfind("\n", 0, offset) + 1 : offset]
+    tree = doc.tree
+    mode = completion_mode(
+        text,
+        offset,
+        tree=tree,
+        byte_offset=doc.byte_offset(offset) if tree is not None else None,
+        language=doc.language,
+        suppress_in_comments=settings.suppress_in_comments,
+    )
+    template = detect_fim_template(info.special_tokens) or PREFIX_ONLY
+    rules = SyntaxStopRules(
+        mode=mode,
+        line_before=line_before,
+        suffix=text[offset : offset + 4000],
+        block_indent=block_indent_at(text, offset, line_before, settings.tab_size),
+        indent_blocks=spec.indent_blocks if spec else False,
+        max_lines=settings.max_lines,
+        line_comment=spec.line_comment if spec else "",
+        tab_size=settings.tab_size,
+    )
+    if mode == "none":
+        return CompletionContext(
+            "", "", "", mode, rules, SyntaxDraftPolicy(), (), template.stop_strings, template, rules
+        )
+
+    budget = prompt_budget(info, settings)
+    snippet_budget = int(budget * settings.snippet_fraction)
+    snippets = select_snippets(
+        doc,
+        offset,
+        store.all_documents(),
+        max_snippets=settings.max_snippets,
+        budget_tokens=snippet_budget,
+        count_tokens=count_tokens,
+    )
+    comment = spec.line_comment if spec else "#"
+    head = template.format("", "", snippets, comment)
+    file_budget = budget - (count_tokens(head) if head else 0)
+    prefix, suffix = _fit_file_text(doc, offset, file_budget, template, settings, count_tokens)
+    prompt = template.format(prefix, suffix, snippets, comment)
+    # Block boundaries are estimated per block; trim a block more in the rare case the joins add tokens.
+    while count_tokens(prompt) > budget and prefix:
+        prefix = prefix[prefix.find("\n") + 1 :] if "\n" in prefix else ""
+        prompt = template.format(prefix, suffix, snippets, comment)
+
+    policy = SyntaxDraftPolicy(known_identifiers=identifiers_in(prefix + suffix))
+    return CompletionContext(
+        prompt=prompt,
+        prefix=prefix,
+        suffix=suffix,
+        mode=mode,
+        stop_check=rules,
+        draft_policy=policy,
+        lookup_snippets=tuple(snippet.text for snippet in snippets),
+        stop_strings=template.stop_strings,
+        template=template,
+        stop_rules=rules,
+    )
+
+
+def _fit_file_text(
+    doc: Document,
+    offset: int,
+    budget: int,
+    template: FimTemplate,
+    settings: ContextSettings,
+    count_tokens: Callable[[str], int],
+) -> tuple[str, str]:
+    """Prefix and suffix within `budget`, looking at no more lines than could possibly fit (a line costs at
+    least one token), so a multi-megabyte file costs no more than a small one."""
+    line = doc.line_of(offset)
+    reach = max(budget, 0) + BLOCK_LINES
+    first_line = max(0, line - reach)
+    last_line = min(doc.line_count - 1, line + reach)
+    prefix_window = doc.text[doc.line_start(first_line) : offset]
+    suffix_end = doc.line_start(last_line + 1) if last_line + 1 < doc.line_count else len(doc.text)
+    suffix_window = doc.text[offset:suffix_end]
+    lines_after = max(0, doc.line_count - 2 - last_line)  # newlines after the window
+    if template.order == "prefix-only":
+        fraction, suffix_window = 1.0, ""
+    else:
+        fraction = settings.prefix_fraction
+    return fit_prefix_suffix(
+        prefix_window,
+        suffix_window,
+        budget,
+        fraction,
+        count_tokens,
+        first_line=first_line,
+        lines_after=lines_after,
+    )
+
+
+def finalize_completion(text: str, ctx: CompletionContext) -> str:
+    """The completion as it should be inserted: stop rules applied to the finished text, trailing
+    whitespace trimmed."""
+    return finalize(text, ctx.stop_rules)

@@ -1,0 +1,121 @@
+"""Completion mode from the syntax tree (with an indentation/bracket fallback for other languages).
+
+- "none": inside a comment or string (when suppressed by the setting), or in the middle of a word;
+- "multi-line": on an empty line (after a block opener or between statements), or at the end of a line that
+  opens a block, when nothing but closing brackets follows the cursor;
+- "single-line": everywhere else, i.e. in the middle of a line or after code that does not open a block.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from tree_sitter import Node, Tree
+
+from lsp_server.context.languages import LanguageSpec, language_spec
+
+Mode = Literal["none", "single-line", "multi-line"]
+
+OPENERS = "([{"
+CLOSERS = ")]}"
+MATCHING = {")": "(", "]": "[", "}": "{"}
+
+# Line endings that open a block, for languages without a grammar (and to double-check the tree).
+_FALLBACK_BLOCK_ENDINGS = ("{", ":", "(", "[", " do", " then", "=>", "->")
+
+
+def _is_word_char(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
+
+
+def node_at(tree: Tree, byte_offset: int) -> Node | None:
+    """The smallest node containing the byte just before the cursor (the one the user is typing in)."""
+    root = tree.root_node
+    if byte_offset == 0:
+        return root
+    return root.descendant_for_byte_range(byte_offset - 1, byte_offset)
+
+
+def in_comment_or_string(tree: Tree, byte_offset: int, spec: LanguageSpec) -> bool:
+    """True when the cursor sits inside a comment, or strictly inside a string literal."""
+    node = node_at(tree, byte_offset)
+    while node is not None:
+        if node.type in spec.comment_types:
+            # A line comment ends at the newline; a cursor after it is no longer in the comment.
+            return node.start_byte < byte_offset <= node.end_byte and not (
+                node.end_byte == byte_offset and node.text is not None and node.text.endswith(b"\n")
+            )
+        if node.type in spec.string_types and node.parent is not None:
+            # Inside means after the opening quote and before the closing one (or an unterminated string).
+            top = node
+            while top.parent is not None and top.parent.type in spec.string_types:
+                top = top.parent
+            closed = top.end_byte > top.start_byte + 1 and not top.has_error
+            return top.start_byte < byte_offset < top.end_byte or (not closed and byte_offset >= top.end_byte)
+        node = node.parent
+    return False
+
+
+def opens_block(line_before_cursor: str) -> bool:
+    """Does the code before the cursor on its line end with something that opens a block?"""
+    stripped = line_before_cursor.rstrip()
+    return stripped.endswith(_FALLBACK_BLOCK_ENDINGS)
+
+
+def completion_mode(
+    text: str,
+    offset: int,
+    *,
+    tree: Tree | None = None,
+    byte_offset: int | None = None,
+    language: str | None = None,
+    suppress_in_comments: bool = True,
+) -> Mode:
+    """Decide how much to complete at character `offset` of `text` (see the module docstring)."""
+    line_start = text.rfind("\n", 0, offset) + 1
+    line_end = text.find("\n", offset)
+    if line_end == -1:
+        line_end = len(text)
+    before = text[line_start:offset]
+    after = text[offset:line_end].rstrip("\r")
+
+    if offset < len(text) and _is_word_char(text[offset]) and before and _is_word_char(before[-1]):
+        return "none"  # the cursor splits a word: a completion would glue onto it
+    spec = language_spec(language)
+    if suppress_in_comments and spec is not None and tree is not None:
+        if byte_offset is None:
+            byte_offset = len(text[:offset].encode("utf-8", "surrogatepass"))
+        if in_comment_or_string(tree, byte_offset, spec):
+            return "none"
+    elif suppress_in_comments and spec is None and _fallback_in_line_comment(before):
+        return "none"
+
+    rest_is_closers = all(ch in CLOSERS or ch in " \t;,\"'`" for ch in after)
+    if not rest_is_closers:
+        return "single-line"
+    if not before.strip():
+        return "multi-line"  # an empty line (or only indentation): statements may follow
+    if opens_block(before):
+        return "multi-line"
+    return "single-line"
+
+
+def _fallback_in_line_comment(before: str) -> bool:
+    stripped = before.lstrip()
+    return stripped.startswith(("#", "//", "--", ";"))
+
+
+def indentation(line: str) -> str:
+    return line[: len(line) - len(line.lstrip(" \t"))]
+
+
+def indent_width(line: str, tab_size: int = 4) -> int:
+    width = 0
+    for ch in line:
+        if ch == " ":
+            width += 1
+        elif ch == "\t":
+            width += tab_size - width % tab_size
+        else:
+            break
+    return width
