@@ -71,6 +71,21 @@ _DEFAULT_CHARS_PER_TOKEN = 3.0  # a cautious guess for code until calibrated
 _ESTIMATE_MARGIN = 1.1  # over-count a little: a prompt a bit short beats one past the server's context
 
 
+class _Secret:
+    """Holds the API key so that printing the backend, its attributes or a traceback never shows it."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "<hidden>"
+
+
 class RemoteError(RuntimeError):
     """The endpoint answered, but not with a completion (bad request, unknown model, auth, ...)."""
 
@@ -174,8 +189,9 @@ class OpenAIBackend:
         self.endpoint = Endpoint.parse(settings.endpoint)
         self._model = settings.remote_model
         self._api_key_env = settings.api_key_env
-        self.__api_key = os.environ.get(settings.api_key_env) or None  # never logged, never in messages
-        if self.__api_key and self.endpoint.scheme == "http" and not self.endpoint.is_loopback:
+        key = os.environ.get(settings.api_key_env)
+        self._api_key = _Secret(key) if key else None  # never logged, never in messages
+        if self._api_key and self.endpoint.scheme == "http" and not self.endpoint.is_loopback:
             log.warning(
                 "sending the API key from $%s over plain http to %s",
                 settings.api_key_env,
@@ -425,8 +441,8 @@ class OpenAIBackend:
 
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-        if self.__api_key:
-            headers["Authorization"] = f"Bearer {self.__api_key}"
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key.reveal()}"
         return headers
 
     def _check_status(self, response: http.client.HTTPResponse) -> None:
@@ -439,7 +455,7 @@ class OpenAIBackend:
         if response.status in (401, 403):
             hint = (
                 f"check the API key in ${self._api_key_env}"
-                if self.__api_key
+                if self._api_key
                 else (f"the server wants an API key: put it in ${self._api_key_env}")
             )
             raise RemoteUnavailableError(f"{where} ({hint}): {detail}")
@@ -474,7 +490,7 @@ class OpenAIBackend:
         reason = _describe_failure(exc)
         message = (
             f"the completion endpoint {self.endpoint.display} is unavailable ({reason}); "
-            f"answering empty and retrying every {self._cooldown_s:.0f} s or so"
+            f"answering empty and retrying in {self._cooldown_s:g} s"
         )
         self._retry_at = time.monotonic() + self._cooldown_s
         self._cooldown_s = min(self._cooldown_s * 2, self.options.max_cooldown_s)
