@@ -39,7 +39,7 @@ def autoregressive_generate(
         reused = sync_cache(target, prompt_ids)
         prefilled = perf_counter()
         stats = new_stats(len(prompt_ids), reused, dropped)
-        picker = TokenPicker(settings)
+        picker = TokenPicker(settings, getattr(target, "device", "cpu"))
         output = OutputTracker(settings, decode, on_text)
         pending = prompt_ids[-1]  # fed next; its logits choose the next token
         while output.finish is None:

@@ -32,6 +32,36 @@ from engine.verify import greedy_accept, speculative_sample_accept
 CONTEXT_CHARS = 400  # characters of text before the next token that a draft-length policy sees
 
 
+class DraftCancelled(Exception):
+    """Raised from inside a drafter (e.g. by `PollingDecoder` between draft-model steps) to end the round."""
+
+
+class PollingDecoder:
+    """Wraps a drafter's decoder so a cancel is seen between every draft step, not only between rounds.
+
+    Set `token` for the duration of a call; `forward` raises `DraftCancelled` once it is cancelled. The
+    wrapped cache is never left half-written: the check runs before the forward.
+    """
+
+    def __init__(self, inner: CausalDecoder) -> None:
+        self.inner = inner
+        self.vocab_size = inner.vocab_size
+        self.max_length = inner.max_length
+        self.token: CancelToken | None = None
+
+    @property
+    def cached_tokens(self) -> list[int]:
+        return self.inner.cached_tokens
+
+    def forward(self, token_ids: list[int]) -> torch.Tensor:
+        if self.token is not None and self.token.cancelled:
+            raise DraftCancelled
+        return self.inner.forward(token_ids)
+
+    def crop(self, length: int) -> None:
+        self.inner.crop(length)
+
+
 def speculative_generate(
     target: CausalDecoder,
     drafter: Drafter,
@@ -58,17 +88,21 @@ def speculative_generate(
         reused = sync_cache(target, prompt_ids)
         prefilled = perf_counter()
         stats = new_stats(len(prompt_ids), reused, dropped)
-        picker = TokenPicker(settings)
+        picker = TokenPicker(settings, getattr(target, "device", "cpu"))
         output = OutputTracker(settings, decode, on_text)
         context = list(prompt_ids)
+        policy_observe = getattr(policy, "observe", None)
         while output.finish is None:
             # 2. Size this round's draft: the drafter says what it can offer, the policy picks k.
             if cancelled():
                 break
             k = _draft_length(drafter, policy, context, output, decode)
             k = min(k, output.remaining - 1, target.max_length - len(context))
-            # 3. Draft (the model drafter polls nothing itself; a round of it is a few small forwards).
-            draft = drafter.propose(context, k) if k > 0 else Draft([], None, drafter.name)
+            # 3. Draft; a draft model polls the cancel token before each of its steps (`PollingDecoder`).
+            try:
+                draft = drafter.propose(context, k) if k > 0 else Draft([], None, drafter.name)
+            except DraftCancelled:
+                break
             draft_ids = draft.token_ids[:k]
             if cancelled():
                 break
@@ -88,7 +122,10 @@ def speculative_generate(
             new_tokens = [*draft_ids[:accepted], next_token]
             context.extend(new_tokens)
             drafter.observe(context, accepted, len(draft_ids))
-            _count_round(stats, draft.drafter or drafter.name, len(draft_ids), accepted)
+            used = draft.drafter or drafter.name
+            _count_round(stats, used, len(draft_ids), accepted)
+            if policy_observe is not None:  # adaptive policies learn from each round
+                policy_observe(used, len(draft_ids), accepted)
             # 7. Stream the accepted text and apply the stop rules (EOS, length, stop strings, callback).
             output.extend(new_tokens)
         if output.finish is None:

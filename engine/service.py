@@ -1,0 +1,163 @@
+"""`LocalEngine`: the in-process `CompletionBackend` the language server uses by default.
+
+It owns the model pair and both KV caches for its whole life, so consecutive keystrokes reuse the cached
+prompt prefix. Use it from ONE worker thread (a lock makes concurrent calls wait rather than corrupt the
+caches). Per request it builds the drafters the request asks for: the draft model, n-gram lookup over the
+prompt and `lookup_context`, the text after the cursor (`suffix`) and an earlier completion
+(`previous_completion`), or a hybrid of all of them that picks per round.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+import torch
+
+from engine.api import (
+    BackendInfo,
+    CancelToken,
+    CompletionRequest,
+    CompletionResult,
+    DraftLengthPolicy,
+    OnText,
+)
+from engine.autoregressive import autoregressive_generate
+from engine.drafters.base import Drafter
+from engine.drafters.hybrid import HybridDrafter
+from engine.drafters.length import AdaptiveDraftLength
+from engine.drafters.lookup import PromptLookupDrafter
+from engine.drafters.model import ModelDrafter
+from engine.drafters.stale import StaleCompletionDrafter
+from engine.drafters.suffix import SuffixDrafter
+from engine.generation import DecodeSettings
+from engine.hf_decoder import context_length, make_decoder
+from engine.models import ModelPair, end_of_text_ids, load_pair
+from engine.speculative import PollingDecoder, speculative_generate
+
+if TYPE_CHECKING:
+    from engine.drafters.plan import PlanningDrafter
+
+DRAFTERS = ("model", "lookup", "suffix", "stale", "hybrid", "none")
+
+
+class LocalEngine:
+    """Speculative decoding with a local target/draft pair; `drafter="none"` runs the plain baseline."""
+
+    def __init__(
+        self,
+        target: str | None = None,
+        draft: str | None = None,
+        device: str = "auto",
+        *,
+        pair: ModelPair | None = None,
+        max_context: int | None = None,
+    ) -> None:
+        self.pair = pair if pair is not None else load_pair(target, draft, device)
+        self.tokenizer = self.pair.tokenizer
+        window = min(context_length(self.pair.target), context_length(self.pair.draft))
+        if max_context:
+            window = min(window, max_context)
+        self.window = window
+        self.target = make_decoder(self.pair.target, window)
+        self.draft_decoder = PollingDecoder(make_decoder(self.pair.draft, window))
+        self.eos_ids = end_of_text_ids(self.tokenizer, self.pair.target)
+        self.default_policy = AdaptiveDraftLength()  # kept across calls: what was learnt still applies
+        self._lookup: tuple[tuple[str, ...], PromptLookupDrafter] | None = None
+        self._lock = threading.Lock()
+
+    def info(self) -> BackendInfo:
+        return BackendInfo(
+            name="local",
+            target=self.pair.target_source.location,
+            draft=self.pair.draft_source.location,
+            special_tokens=tuple(self.tokenizer.all_special_tokens),
+            context_length=self.window,
+            device=str(self.pair.device),
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, token_ids: list[int]) -> str:
+        return str(self.tokenizer.decode(token_ids, skip_special_tokens=False))
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def complete(
+        self,
+        request: CompletionRequest,
+        *,
+        on_text: OnText | None = None,
+        cancel: CancelToken | None = None,
+    ) -> CompletionResult:
+        if request.drafter not in DRAFTERS:
+            raise ValueError(f"unknown drafter {request.drafter!r}; expected one of {', '.join(DRAFTERS)}")
+        prompt_ids = self.encode(request.prompt)
+        settings = DecodeSettings.from_request(request, self.eos_ids)
+        with self._lock:
+            if request.drafter == "none":
+                return autoregressive_generate(
+                    self.target, prompt_ids, settings, decode=self.decode, on_text=on_text, cancel=cancel
+                )
+            drafter = self._build_drafter(request)
+            policy: DraftLengthPolicy = request.draft_policy or self.default_policy
+            self.draft_decoder.token = cancel
+            try:
+                return speculative_generate(
+                    self.target,
+                    drafter,
+                    prompt_ids,
+                    settings,
+                    policy,
+                    decode=self.decode,
+                    on_text=on_text,
+                    cancel=cancel,
+                )
+            finally:
+                self.draft_decoder.token = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._lookup = None
+
+    def _build_drafter(self, request: CompletionRequest) -> Drafter:
+        kind = request.drafter
+        model = self._model_drafter(request) if kind in ("model", "hybrid") else None
+        lookup = self._lookup_drafter(request.lookup_context) if kind in ("lookup", "hybrid") else None
+        suffix_ids = self.encode(request.suffix) if request.suffix and kind in ("suffix", "hybrid") else []
+        suffix = SuffixDrafter(suffix_ids, stop_ids=self.eos_ids) if suffix_ids else None
+        stale_ids = self.encode(request.previous_completion) if request.previous_completion else []
+        stale = StaleCompletionDrafter(stale_ids) if stale_ids and kind in ("stale", "hybrid") else None
+        single: dict[str, PlanningDrafter | None] = {"model": model, "lookup": lookup, "suffix": suffix}
+        if kind == "hybrid":
+            return HybridDrafter(model=model, lookup=lookup, suffix=suffix, stale=stale)
+        if kind == "stale":  # an earlier completion first, the draft model when it runs out
+            return HybridDrafter(model=self._model_drafter(request), stale=stale)
+        chosen = single[kind]
+        # "suffix" with an empty suffix has nothing to copy: the hybrid with no drafters drafts nothing.
+        return chosen if chosen is not None else HybridDrafter()
+
+    def _model_drafter(self, request: CompletionRequest) -> ModelDrafter:
+        generator = None
+        if request.temperature > 0:
+            generator = torch.Generator(device=self.pair.device)
+            if request.seed is not None:
+                generator.manual_seed(request.seed + 1)  # independent of the target's stream
+            else:
+                generator.seed()
+        return ModelDrafter(
+            self.draft_decoder,
+            temperature=request.temperature,
+            top_k=request.top_k,
+            top_p=request.top_p,
+            generator=generator,
+        )
+
+    def _lookup_drafter(self, lookup_context: tuple[str, ...]) -> PromptLookupDrafter:
+        """Indexing other files costs milliseconds per keystroke: keep the drafter while they are the same."""
+        if self._lookup is None or self._lookup[0] != lookup_context:
+            extras = [self.encode(snippet) for snippet in lookup_context if snippet]
+            self._lookup = (lookup_context, PromptLookupDrafter(extras, stop_ids=self.eos_ids))
+        return self._lookup[1]

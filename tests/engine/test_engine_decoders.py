@@ -1,0 +1,66 @@
+"""The lean Llama decoder and the generic HF decoder against transformers' own forward."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from engine_core_support import prompt_ids, tiny_gpt2, tiny_llama
+
+from engine.hf_decoder import HFDecoder, make_decoder
+from engine.lean import LeanLlamaDecoder
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def reference_logits(model: torch.nn.Module, ids: list[int]) -> torch.Tensor:
+    with torch.inference_mode():
+        return model(torch.tensor([ids])).logits[0].float()
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_lean_logits_match_hf_forward_with_gqa_and_rope_theta(tied: bool) -> None:
+    model = tiny_llama(seed=3, tied=tied)
+    ids = prompt_ids(60)
+    expected = reference_logits(model, ids)
+    decoder = LeanLlamaDecoder(model)
+    decoder.prefill(ids[:10])
+    chunk = decoder.forward(ids[10:30])
+    torch.testing.assert_close(chunk, expected[10:30], atol=1e-4, rtol=1e-4)
+    # Roll back a rejected tail and continue one token at a time, then in a block.
+    decoder.crop(25)
+    assert decoder.cached_tokens == ids[:25]
+    single = decoder.forward(ids[25:26])
+    rest = decoder.forward(ids[26:60])
+    torch.testing.assert_close(single, expected[25:26], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(rest, expected[26:60], atol=1e-4, rtol=1e-4)
+    assert decoder.cached_tokens == ids
+
+
+@pytest.mark.parametrize("build", [tiny_llama, tiny_gpt2], ids=["llama", "gpt2"])
+def test_hf_decoder_matches_full_forward_after_crop(build) -> None:
+    model = build(seed=5)
+    ids = prompt_ids(40, seed=2)
+    expected = reference_logits(model, ids)
+    decoder = HFDecoder(model)
+    decoder.prefill(ids[:12])
+    decoder.forward(ids[12:30])
+    decoder.crop(20)
+    assert decoder.cached_tokens == ids[:20]
+    torch.testing.assert_close(decoder.forward(ids[20:40]), expected[20:40], atol=1e-4, rtol=1e-4)
+
+
+def test_make_decoder_picks_lean_for_llama_and_hf_otherwise() -> None:
+    assert isinstance(make_decoder(tiny_llama()), LeanLlamaDecoder)
+    assert isinstance(make_decoder(tiny_gpt2()), HFDecoder)
+
+
+@pytest.mark.parametrize("build", [tiny_llama, tiny_gpt2], ids=["llama", "gpt2"])
+def test_decoder_refuses_to_overflow_its_window(build) -> None:
+    decoder = make_decoder(build(), max_length=16)
+    decoder.forward(prompt_ids(10))
+    with pytest.raises(ValueError, match="16 positions"):
+        decoder.forward(prompt_ids(7))
+    assert len(decoder.cached_tokens) == 10  # the failed call changed nothing
