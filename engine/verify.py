@@ -84,7 +84,7 @@ def speculative_sample_accept(
     draft_probs: [k, vocab], the distributions the drafted tokens were sampled from, or None for a
     deterministic drafter (q is one-hot on the drafted token, so acceptance probability is p_i(x_i)).
     target_probs: [k + 1, vocab], already warped with the same temperature/top-k/top-p.
-    One uniform draw covers all k acceptance tests; one more draw samples the next token.
+    One draw of k + 1 uniforms covers the k acceptance tests and the sampling of the next token.
     """
     k = len(draft_ids)
     if target_probs.shape[0] != k + 1:
@@ -94,19 +94,18 @@ def speculative_sample_accept(
         raise ValueError(f"draft_probs needs {k} rows for {k} drafted tokens, got {draft_probs.shape[0]}")
     if draft_probs is not None:
         draft_probs = _to_vocab_width(draft_probs, target_probs.shape[-1])
-    device = target_probs.device
+    # k + 1 uniforms in one draw: k acceptance tests and one for sampling the next token (by inverse CDF,
+    # which costs far less than torch.multinomial for a single sample). float64 keeps u * total < total.
+    uniforms = torch.rand(k + 1, generator=generator, device=target_probs.device, dtype=torch.float64)
     num_accepted = k
     if k > 0:
-        positions = torch.arange(k, device=device)
-        drafted = torch.tensor(list(draft_ids), device=device)
-        p_of_draft = target_probs[positions, drafted]
-        if draft_probs is None:
-            q_of_draft = torch.ones_like(p_of_draft)
-        else:
-            q_of_draft = draft_probs[positions, drafted].to(p_of_draft.dtype)
-        uniforms = torch.rand(k, generator=generator, device=device, dtype=p_of_draft.dtype)
-        # u < p/q written without the division, so q == 0 cannot produce NaN.
-        rejected = (uniforms * q_of_draft >= p_of_draft).tolist()
+        drafted = torch.tensor(list(draft_ids), device=target_probs.device).unsqueeze(1)
+        p_of_draft = target_probs[:k].gather(1, drafted).squeeze(1)
+        # u < p/q is tested as u * q < p, so q == 0 cannot produce NaN; one-hot q makes it u < p.
+        scaled = (
+            uniforms[:k] if draft_probs is None else uniforms[:k] * draft_probs.gather(1, drafted).squeeze(1)
+        )
+        rejected = (scaled >= p_of_draft).tolist()
         if True in rejected:
             num_accepted = rejected.index(True)
     if num_accepted == k:
@@ -114,16 +113,31 @@ def speculative_sample_accept(
     else:
         p_row = target_probs[num_accepted]
         if draft_probs is None:
-            q_row = torch.zeros_like(p_row)
-            q_row[draft_ids[num_accepted]] = 1.0
+            # max(0, p - one_hot(x)) is p with x removed.
+            next_distribution = p_row.clone()
+            next_distribution[draft_ids[num_accepted]] = 0.0
         else:
-            q_row = draft_probs[num_accepted].to(p_row.dtype)
-        next_distribution = (p_row - q_row).clamp_(min=0.0)
-        if not float(next_distribution.sum()) > 0.0:
-            # Only reachable through rounding (p == q rejects with probability 0); p is then the right law.
-            next_distribution = p_row
-    next_token = torch.multinomial(next_distribution, 1, generator=generator)
-    return num_accepted, int(next_token)
+            next_distribution = (p_row - draft_probs[num_accepted].to(p_row.dtype)).clamp_(min=0.0)
+    u = float(uniforms[k])
+    next_token = _sample_inverse_cdf(next_distribution, u)
+    if next_token is None:
+        # The residual vanished through rounding (p == q rejects with probability 0): p is then the law.
+        next_token = _sample_inverse_cdf(target_probs[num_accepted], u)
+        assert next_token is not None, "target_probs has a row with no mass"
+    return num_accepted, next_token
+
+
+def _sample_inverse_cdf(weights: torch.Tensor, u: float) -> int | None:
+    """The token whose cumulative-weight interval holds u * total; None when the weights sum to zero."""
+    cdf = weights.double().cumsum(0)
+    total = float(cdf[-1])
+    if not total > 0.0:
+        return None
+    # right=True skips zero-weight tokens: their cdf equals the previous one.
+    index = int(torch.searchsorted(cdf, torch.tensor([u * total], dtype=cdf.dtype), right=True))
+    if index >= len(cdf):  # u * total rounded up to total
+        index = int(weights.nonzero()[-1])
+    return index
 
 
 def _to_vocab_width(draft_probs: torch.Tensor, vocab: int) -> torch.Tensor:
