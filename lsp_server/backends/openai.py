@@ -35,24 +35,23 @@ from typing import Any
 
 from engine.api import BackendInfo, CancelToken, CompletionRequest, CompletionResult, FinishReason, OnText
 from lsp_server.config import ServerSettings
+from lsp_server.context.fim import FIM_FAMILIES
 
 log = logging.getLogger(__name__)
 
-# Special-token strings of the FIM families the context builder knows. The server exposes no list of its
-# special tokens, so `info` asks /tokenize which of these the served tokenizer keeps as one token.
-FIM_TOKEN_CANDIDATES: tuple[str, ...] = (
-    # specls' bundled pair
-    "<|endoftext|>", "<|sp_fim_prefix|>", "<|sp_fim_suffix|>", "<|sp_fim_middle|>", "<|sp_file_sep|>",
-    # StarCoder / SantaCoder
-    "<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<fim_pad>", "<file_sep>",
-    # Qwen2.5-Coder, CodeGemma
-    "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>",
-    "<|file_separator|>",
-    # DeepSeek-Coder
-    "<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>",
-    # Code Llama, Codestral
-    "<PRE>", "<SUF>", "<MID>", "<EOT>", "[PREFIX]", "[SUFFIX]", "[MIDDLE]",
-)  # fmt: skip
+
+def fim_token_candidates() -> tuple[str, ...]:
+    """Special-token strings of the FIM families the context builder knows. A server exposes no list of its
+    special tokens, so the backend asks /tokenize which of these the served tokenizer keeps as one token."""
+    seen: dict[str, None] = {}
+    for family in FIM_FAMILIES:
+        for token in (family.prefix_token, family.suffix_token, family.middle_token, family.file_sep):
+            if token:
+                seen[token] = None
+        for stop in family.stop_strings:
+            seen[stop] = None
+    return tuple(seen)
+
 
 # Code-like text whose server-side token count calibrates the local estimate used by `count_tokens`.
 _CALIBRATION_TEXT = (
@@ -541,7 +540,7 @@ class OpenAIBackend:
         special = self.options.special_tokens
         try:
             if special is None:
-                special = tuple(t for t in FIM_TOKEN_CANDIDATES if len(self._tokenize(t)) == 1)
+                special = tuple(t for t in fim_token_candidates() if len(self._tokenize(t)) == 1)
             self._chars_per_token = len(_CALIBRATION_TEXT) / max(1, len(self._tokenize(_CALIBRATION_TEXT)))
         except RemoteError as exc:
             log.info("server has no usable /tokenize (%s); special tokens must be configured", exc)

@@ -109,7 +109,7 @@ def start_llama_server(
     port = free_port()
     command = [
         str(binary), "--model", str(model), "--alias", alias, "--host", "127.0.0.1", "--port", str(port),
-        "--ctx-size", "512", "--parallel", "1", "--threads", "1", "--no-warmup",
+        "--ctx-size", "512", "--parallel", "1", "--threads", "1", "--no-warmup", "--metrics",
     ]  # fmt: skip
     log = log_path.open("wb")
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)

@@ -1,0 +1,282 @@
+"""The remote backend against a REAL llama-server serving a model exported by `engine.gguf_export`.
+
+The server binary comes from `scripts/build_llama_server.sh` (cached under ~/.cache/specls); the tests
+skip, saying so, only when that binary is absent. The model is the bundled target when it exists, else a
+tiny random Llama with a real byte-level BPE tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from remote_support import (
+    BUILD_HINT,
+    BUNDLED_TARGET,
+    LlamaServer,
+    build_tiny_llama,
+    find_llama_server,
+    start_llama_server,
+)
+
+from engine.api import CancelToken, CompletionRequest
+from engine.gguf_export import export_llama_gguf
+from lsp_server.backends.openai import OpenAIBackend, RemoteOptions, RemoteUnavailableError
+from lsp_server.config import ServerSettings
+
+LLAMA_SERVER = find_llama_server()
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(LLAMA_SERVER is None, reason=f"llama-server binary not found: {BUILD_HINT}"),
+]
+ALIAS = "specls-test"
+
+CODE_SAMPLES = [
+    "def mean(values):\n    return sum(values) / len(values)\n",
+    "class Stack:\n    def __init__(self):\n        self._items = []\n\n    def push(self, item):\n",
+    "for i, line in enumerate(open('data.txt', encoding='utf-8')):\n\tprint(f'{i:>4} {line!r}')  # ü ∑ 😀\n",
+    "import os\nPATH = os.environ.get('HOME', '/tmp')  \n\n\n    x = [1, 22, 333]\n",
+]
+
+
+@dataclass
+class ServedModel:
+    hf_dir: Path
+    gguf: Path
+
+
+@pytest.fixture(scope="module")
+def served_model(tmp_path_factory: pytest.TempPathFactory) -> ServedModel:
+    work = tmp_path_factory.mktemp("remote-model")
+    hf_dir = BUNDLED_TARGET if (BUNDLED_TARGET / "config.json").is_file() else build_tiny_llama(work / "hf")
+    return ServedModel(hf_dir=hf_dir, gguf=export_llama_gguf(hf_dir, work / "model.gguf").path)
+
+
+@pytest.fixture(scope="module")
+def llama_server(
+    served_model: ServedModel, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LlamaServer]:
+    assert LLAMA_SERVER is not None
+    log_path = tmp_path_factory.mktemp("llama-server") / "server.log"
+    server = start_llama_server(LLAMA_SERVER, served_model.gguf, log_path, alias=ALIAS)
+    yield server
+    server.stop()
+
+
+def backend_for(url: str, options: RemoteOptions | None = None) -> OpenAIBackend:
+    return OpenAIBackend(ServerSettings(backend="openai", endpoint=url, remote_model=ALIAS), options)
+
+
+def metric(url: str, name: str) -> float:
+    """One counter from llama-server's Prometheus /metrics (started with --metrics)."""
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as response:
+        text = response.read().decode()
+    match = re.search(rf"^llamacpp:{name} ([0-9.e+]+)$", text, re.MULTILINE)
+    assert match, f"metric {name} not in /metrics"
+    return float(match.group(1))
+
+
+def hf_greedy(hf_dir: Path, prompt: str, max_new_tokens: int) -> str:
+    """The reference: greedy decoding of the same weights in PyTorch (what lossless speculation equals)."""
+    import torch
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    torch.set_num_threads(1)
+    tokenizer = AutoTokenizer.from_pretrained(hf_dir)
+    model = LlamaForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
+    ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
+    eos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    with torch.no_grad():
+        out = model.generate(
+            ids, max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eos, pad_token_id=eos
+        )
+    new = [t for t in out[0, ids.shape[1] :].tolist() if t != eos]
+    return str(tokenizer.decode(new, skip_special_tokens=True, clean_up_tokenization_spaces=False))
+
+
+def test_gguf_tokenizer_matches_the_hf_tokenizer(
+    llama_server: LlamaServer, served_model: ServedModel
+) -> None:
+    """The explicit gpt-2 pre-tokenizer mapping: llama.cpp splits code exactly as `tokenizers` does."""
+    from tokenizers import Tokenizer
+
+    hf = Tokenizer.from_file(str(served_model.hf_dir / "tokenizer.json"))
+    samples = [*CODE_SAMPLES, "<|sp_fim_suffix|>\n<|sp_fim_prefix|>def f(x):\n    return<|sp_fim_middle|>"]
+    for text in samples:
+        request = urllib.request.Request(
+            llama_server.url + "/tokenize",
+            data=json.dumps({"content": text, "add_special": False, "parse_special": True}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            served = json.loads(response.read())["tokens"]
+        assert served == hf.encode(text, add_special_tokens=False).ids, text
+
+
+def test_info_discovers_the_bundled_fim_tokens(llama_server: LlamaServer) -> None:
+    info = backend_for(llama_server.url).info()
+    assert {"<|sp_fim_prefix|>", "<|sp_fim_suffix|>", "<|sp_fim_middle|>", "<|sp_file_sep|>"} <= set(
+        info.special_tokens
+    )
+    assert "<fim_prefix>" not in info.special_tokens
+    assert info.context_length == 512 and info.target == ALIAS
+
+
+def test_short_greedy_outputs_match_the_pytorch_engine(
+    llama_server: LlamaServer, served_model: ServedModel
+) -> None:
+    backend = backend_for(llama_server.url)
+    prompts = [
+        "<|sp_fim_suffix|>\n<|sp_fim_prefix|>def mean(values):\n    return<|sp_fim_middle|>",
+        "<|sp_fim_suffix|>    return result\n"
+        "<|sp_fim_prefix|>def parse(path):\n    with open(path) as f:\n<|sp_fim_middle|>",
+        "import os\n\nclass Config:\n    def __init__(self",
+    ]
+    for prompt in prompts:
+        remote = backend.complete(CompletionRequest(prompt=prompt, max_new_tokens=12))
+        assert remote.finish_reason in ("eos", "length")
+        assert remote.text == hf_greedy(served_model.hf_dir, prompt, 12), prompt
+
+
+def test_cancel_closes_the_stream_and_the_server_stops_generating(llama_server: LlamaServer) -> None:
+    backend = backend_for(llama_server.url)
+    prompt = "import os\n\nclass Config:\n    def __init__(self"
+    long = CompletionRequest(prompt=prompt, max_new_tokens=400)
+    decoded_before = metric(llama_server.url, "n_decode_total")
+    cancel = CancelToken()
+
+    def on_text(text: str) -> None:
+        cancel.cancel()  # a newer keystroke arrives as soon as the first text does
+
+    result = backend.complete(long, on_text=on_text, cancel=cancel)
+    assert result.finish_reason == "cancelled"
+    started = time.monotonic()
+    follow_up = backend.complete(CompletionRequest(prompt=prompt, max_new_tokens=4))
+    follow_up_s = time.monotonic() - started
+    assert follow_up.finish_reason in ("eos", "length")
+    decoded = metric(llama_server.url, "n_decode_total") - decoded_before
+    # Served at once: the single slot was free, not busy finishing 400 tokens of the cancelled request.
+    assert decoded < 200, f"the server decoded {decoded} steps: it kept generating after the cancel"
+    assert follow_up_s < 2.0
+
+
+def test_stopped_endpoint_gives_one_clear_error_then_fast_empty_answers(
+    served_model: ServedModel, tmp_path: Path
+) -> None:
+    assert LLAMA_SERVER is not None
+    server = start_llama_server(LLAMA_SERVER, served_model.gguf, tmp_path / "server.log", alias=ALIAS)
+    backend = backend_for(server.url, RemoteOptions(cooldown_s=0.5, backoff_s=0.05))
+    try:
+        assert backend.complete(CompletionRequest(prompt="def f(", max_new_tokens=4)).finish_reason != "error"
+    finally:
+        server.stop()
+    with pytest.raises(RemoteUnavailableError, match=r"127\.0\.0\.1:\d+ is unavailable \(connection refused"):
+        backend.complete(CompletionRequest(prompt="def f(", max_new_tokens=4))
+    started = time.monotonic()
+    quiet = backend.complete(CompletionRequest(prompt="def f(", max_new_tokens=4))
+    assert (quiet.text, quiet.finish_reason) == ("", "error") and time.monotonic() - started < 0.1
+
+
+# --- through the LSP server: `specls serve --backend openai --endpoint URL --model NAME` ---
+
+DOC_URI = "file:///workspace/stats.py"
+DOC = (
+    "import math\n\n\ndef mean(values):\n    total = 0\n    for value in values:\n        total += value\n"
+    "    return "
+)
+
+
+def expected_suggestion(url: str, text: str) -> str:
+    """What the LSP server should answer: the same context builder and backend, called directly."""
+    from lsp_server.context import ContextSettings
+    from lsp_server.context.builder import build_completion_context, finalize_completion
+    from lsp_server.documents import DocumentStore
+
+    backend = backend_for(url)
+    store = DocumentStore()
+    store.open(DOC_URI, "python", 1, text)
+    ctx = build_completion_context(
+        store, DOC_URI, len(text), backend.info(), ContextSettings(), backend.count_tokens
+    )
+    request = CompletionRequest(
+        prompt=ctx.prompt, max_new_tokens=64, stop_strings=ctx.stop_strings, stop_check=ctx.stop_check
+    )
+    return finalize_completion(backend.complete(request).text, ctx)
+
+
+def serve_args(url: str) -> tuple[str, ...]:
+    return ("--backend", "openai", "--endpoint", url, "--model", ALIAS)
+
+
+async def test_completions_arrive_through_the_lsp_server(llama_server: LlamaServer) -> None:
+    from server_support import start_session, stop_session
+
+    expected = expected_suggestion(llama_server.url, DOC)
+    assert expected, "precondition: the served model completes this document with some text"
+    session = await start_session(serve_args(llama_server.url))
+    try:
+        assert session.statuses[-1]["state"] == "ready"
+        session.open(DOC_URI, DOC)
+        assert await session.suggestion(DOC_URI) == expected
+    finally:
+        await stop_session(session)
+
+
+async def test_newest_request_wins_and_is_served_at_once(llama_server: LlamaServer) -> None:
+    from server_support import start_session, stop_session
+
+    session = await start_session(serve_args(llama_server.url))
+    try:
+        session.open(DOC_URI, DOC)
+        older = session.inline(DOC_URI)
+        session.type(DOC_URI, "t")  # a keystroke: the older request is cancelled, still answered
+        started = time.monotonic()
+        newest = await session.suggestion(DOC_URI)
+        assert time.monotonic() - started < 5
+        assert newest == expected_suggestion(llama_server.url, DOC + "t")
+        await older  # answered (possibly empty), never dropped
+    finally:
+        await stop_session(session)
+
+
+async def test_stopped_endpoint_is_reported_and_the_lsp_server_stays_alive(
+    served_model: ServedModel, tmp_path: Path
+) -> None:
+    from server_support import start_session, stop_session
+
+    assert LLAMA_SERVER is not None
+    server = start_llama_server(LLAMA_SERVER, served_model.gguf, tmp_path / "first.log", alias=ALIAS)
+    port = int(server.url.rsplit(":", 1)[1])
+    session = await start_session(serve_args(server.url))
+    try:
+        session.open(DOC_URI, DOC)
+        expected = expected_suggestion(server.url, DOC)
+        assert await session.suggestion(DOC_URI) == expected
+        server.stop()
+
+        session.type(DOC_URI, " ")
+        assert await session.suggestion(DOC_URI) == ""  # answered, empty
+        errors = [m.message for m in session.client.log_messages if "unavailable" in m.message]
+        assert len(errors) == 1 and f"127.0.0.1:{port}" in errors[0] and "connection refused" in errors[0]
+        session.backspace(DOC_URI)
+        assert await session.suggestion(DOC_URI) == ""  # during the cooldown: empty again, no new message
+        assert len([m for m in session.client.log_messages if "unavailable" in m.message]) == 1
+        assert (await session.stats())["shown"] >= 0  # the LSP server still answers requests
+
+        # The endpoint comes back on the same address: completions resume after the cooldown.
+        server = start_llama_server(
+            LLAMA_SERVER, served_model.gguf, tmp_path / "second.log", alias=ALIAS, port=port
+        )
+        time.sleep(RemoteOptions().cooldown_s + 0.2)
+        session.type(DOC_URI, "\n")
+        session.backspace(DOC_URI)
+        assert await session.suggestion(DOC_URI) == expected
+    finally:
+        await stop_session(session)
+        server.stop()
