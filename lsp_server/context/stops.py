@@ -160,7 +160,8 @@ class SyntaxStopRules:
     def _duplicates(self, text: str, final: bool) -> int | None:
         first_newline = text.find("\n")
         first_line = text if first_newline == -1 else text[:first_newline]
-        if self.rest_of_line and not _only_punctuation(self.rest_of_line):
+        # Closing brackets after the cursor are the bracket rule's business (they may be matched inside).
+        if self.rest_of_line and not any(ch in CLOSERS for ch in self.rest_of_line):
             found = first_line.find(self.rest_of_line)
             if found != -1:
                 return found

@@ -91,8 +91,8 @@ def completion_mode(
         return "none"
 
     rest_is_closers = all(ch in CLOSERS or ch in " \t;,\"'`" for ch in after)
-    if not rest_is_closers:
-        return "single-line"
+    if not rest_is_closers or after.lstrip()[:1] in (")", "]"):
+        return "single-line"  # mid-line, or inside `(...)` / `[...]` closed on this line
     if not before.strip():
         return "multi-line"  # an empty line (or only indentation): statements may follow
     if opens_block(before):

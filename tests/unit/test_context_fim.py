@@ -1,0 +1,191 @@
+"""FIM templates: detection per family, layout, token budget and KV-cache prefix reuse while typing."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+from tokenizers import Tokenizer, models
+
+from engine.api import BackendInfo
+from engine.train.tokenizer import SPECIAL_TOKENS, train_code_tokenizer
+from lsp_server.context import ContextSettings, build_completion_context, detect_fim_template
+from lsp_server.context.fim import (
+    BUNDLED,
+    Snippet,
+    fit_prefix_suffix,
+    prefix_reuse_rate,
+    shared_prefix_length,
+)
+from lsp_server.documents import DocumentStore, TextChange
+
+# Each family's special tokens as its tokenizer lists them (None: a model without FIM).
+FAMILY_TOKENS: dict[str | None, list[str]] = {
+    "specls": list(SPECIAL_TOKENS),
+    "qwen2.5-coder": [
+        "<|endoftext|>",
+        "<|fim_prefix|>",
+        "<|fim_middle|>",
+        "<|fim_suffix|>",
+        "<|fim_pad|>",
+        "<|file_sep|>",
+    ],
+    "starcoder2": [
+        "<|endoftext|>",
+        "<fim_prefix>",
+        "<fim_middle>",
+        "<fim_suffix>",
+        "<fim_pad>",
+        "<repo_name>",
+        "<file_sep>",
+    ],
+    "codellama": ["<s>", "</s>", "<unk>", "▁<PRE>", "▁<MID>", "▁<SUF>", "▁<EOT>"],
+    "deepseek-coder": [
+        "<｜end▁of▁sentence｜>",
+        "<｜fim▁hole｜>",
+        "<｜fim▁begin｜>",
+        "<｜fim▁end｜>",
+        "<|EOT|>",
+    ],
+    None: ["<|endoftext|>", "<pad>", "<mask>"],
+}
+
+
+def _family_tokenizer(special: list[str]) -> Tokenizer:
+    """A tiny word-level tokenizer carrying one family's special tokens, as a model's tokenizer would."""
+    vocab = {"[UNK]": 0, "def": 1, "f": 2, "x": 3, "return": 4}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tokenizer.add_special_tokens(special)
+    return tokenizer
+
+
+def _special_tokens(tokenizer: Tokenizer) -> list[str]:
+    return [token.content for token in tokenizer.get_added_tokens_decoder().values() if token.special]
+
+
+@pytest.mark.parametrize("family", list(FAMILY_TOKENS))
+def test_template_detected_from_tokenizer_special_tokens(family: str | None) -> None:
+    tokenizer = _family_tokenizer(FAMILY_TOKENS[family])
+    template = detect_fim_template(_special_tokens(tokenizer))
+    if family is None:
+        assert template is None
+        return
+    assert template is not None
+    assert template.name == family
+    # The markers in a formatted prompt come back as the tokenizer's special ids, each exactly once.
+    prompt = template.format("def f", "return x", [Snippet("b.py", "x")])
+    ids = tokenizer.encode(prompt).ids
+    for marker in (template.prefix_token, template.suffix_token, template.middle_token):
+        assert ids.count(tokenizer.token_to_id(marker)) == 1
+
+
+def test_layouts_put_stable_parts_first() -> None:
+    snippet = Snippet("lib/b.py", "def helper(): ...")
+    assert BUNDLED.format("PRE", "SUF", [snippet]) == (
+        "<|sp_file_sep|>lib/b.py\ndef helper(): ...\n"
+        "<|sp_fim_suffix|>SUF<|sp_fim_prefix|>PRE<|sp_fim_middle|>"
+    )
+    qwen = detect_fim_template(FAMILY_TOKENS["qwen2.5-coder"])
+    assert qwen is not None
+    assert qwen.format("PRE", "SUF", [snippet]) == (
+        "<|file_sep|>lib/b.py\ndef helper(): ...\n<|fim_prefix|>PRE<|fim_suffix|>SUF<|fim_middle|>"
+    )
+    codellama = detect_fim_template(["<PRE>", "<SUF>", "<MID>", "<EOT>"])
+    assert codellama is not None
+    assert codellama.format("PRE", "SUF") == "<PRE> PRE <SUF>SUF <MID>"
+    deepseek = detect_fim_template(FAMILY_TOKENS["deepseek-coder"])
+    assert deepseek is not None
+    assert deepseek.format("PRE", "SUF", [snippet], comment="#") == (
+        "# lib/b.py\ndef helper(): ...\n<｜fim▁begin｜>PRE<｜fim▁hole｜>SUF<｜fim▁end｜>"
+    )
+
+
+@functools.cache
+def _code_tokenizer() -> Tokenizer:
+    corpus = [path.read_text() for path in sorted(Path(__file__).parents[2].glob("lsp_server/**/*.py"))]
+    return train_code_tokenizer(corpus, vocab_size=600)
+
+
+def _count(text: str) -> int:
+    return len(_code_tokenizer().encode(text).ids)
+
+
+def _source(lines: int) -> str:
+    return "".join(
+        f"def function_{i}(value):\n    return value * {i} + offset_{i % 7}\n\n" for i in range(lines)
+    )
+
+
+def test_budget_is_respected_and_weighted_toward_the_prefix() -> None:
+    text = _source(200)
+    cursor = len(text) // 2
+    prefix, suffix = fit_prefix_suffix(text[:cursor], text[cursor:], 400, 0.75, _count)
+    assert _count(prefix) + _count(suffix) <= 400
+    assert _count(prefix) > 2 * _count(suffix) > 0
+    assert text[:cursor].endswith(prefix)
+    assert text[cursor:].startswith(suffix)
+    # A short suffix leaves its share to the prefix.
+    prefix, suffix = fit_prefix_suffix(text[:cursor], "\n", 400, 0.75, _count)
+    assert _count(prefix) > 350
+
+
+def test_build_context_stays_within_budget_with_snippets() -> None:
+    store = DocumentStore()
+    store.open("file:///w/other.py", "python", 1, _source(30))
+    text = _source(300)
+    store.open("file:///w/main.py", "python", 1, text)
+    info = BackendInfo("fake", "t", None, SPECIAL_TOKENS, 1024, "cpu")
+    settings = ContextSettings(max_prompt_tokens=600)
+    ctx = build_completion_context(store, "file:///w/main.py", len(text) // 2, info, settings, _count)
+    assert _count(ctx.prompt) <= 600
+    assert ctx.lookup_snippets  # the other file shares identifiers with the code around the cursor
+    assert ctx.prompt.startswith("<|sp_file_sep|>other.py\n") or ctx.prompt.startswith(
+        "<|sp_file_sep|>w/other.py"
+    )
+
+
+def test_prefix_only_fallback_without_fim_tokens() -> None:
+    store = DocumentStore()
+    store.open("file:///w/a.py", "python", 1, "x = 1\ny = █\nz = 3\n".replace("█", ""))
+    info = BackendInfo("fake", "t", None, ("<|endoftext|>",), 1024, "cpu")
+    ctx = build_completion_context(
+        store, "file:///w/a.py", len("x = 1\ny = "), info, ContextSettings(), _count
+    )
+    assert ctx.prompt == "x = 1\ny = "
+    assert ctx.suffix == ""
+
+
+def test_consecutive_keystrokes_share_a_long_token_prefix() -> None:
+    """Type a new line in the middle of a file too big for the budget: the trimmed prompt must keep its
+    head, so a prefix-reusing KV cache re-encodes only the last few tokens per keystroke."""
+    store = DocumentStore()
+    uri = "file:///w/main.py"
+    text = _source(400)
+    cursor = text.index("def function_200")
+    text = text[:cursor] + "\n" + text[cursor:]  # an empty line to type on
+    store.open(uri, "python", 1, text)
+    store.open("file:///w/other.py", "python", 1, _source(20))
+    info = BackendInfo("fake", "t", None, SPECIAL_TOKENS, 1024, "cpu")
+    settings = ContextSettings(max_prompt_tokens=700)
+    typed = "def new_function(value):\n    return value + offset_3\n"
+    prompts = []
+    for version, ch in enumerate(typed, start=2):
+        line, character = store.position_at(uri, cursor)
+        store.change(uri, version, [TextChange((line, character, line, character), ch)])
+        cursor += 1
+        ctx = build_completion_context(store, uri, cursor, info, settings, _count)
+        assert ctx.mode != "none"
+        assert _count(ctx.prompt) <= 700
+        prompts.append(_code_tokenizer().encode(ctx.prompt).ids)
+    rate = prefix_reuse_rate(prompts)
+    assert rate > 0.9, rate
+    # Every keystroke keeps at least 80% of the previous prompt's tokens.
+    for previous, current in zip(prompts, prompts[1:], strict=False):
+        assert shared_prefix_length(previous, current) > 0.8 * len(previous)
+
+
+def test_shared_prefix_length() -> None:
+    assert shared_prefix_length([1, 2, 3], [1, 2, 4, 5]) == 2
+    assert shared_prefix_length([], [1]) == 0
+    assert prefix_reuse_rate([[1, 2], [1, 2, 3], [9]]) == pytest.approx(2 / 4)

@@ -1,0 +1,80 @@
+"""Cursor position -> completion mode, per language (the cursor is marked with █)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lsp_server.context.syntax import completion_mode
+from lsp_server.documents import DocumentStore
+
+CURSOR = "█"
+
+EXTENSIONS = {"python": "py", "javascript": "js", "typescript": "ts", "go": "go", "rust": "rs", "lua": "lua"}
+
+CASES = [
+    # Python
+    ("python", "def f(x):\n    █\n", "multi-line"),
+    ("python", "def f(x):█\n", "multi-line"),
+    ("python", "def f(x):\n    y = █\n", "single-line"),
+    ("python", "def f(x):\n    y = foo(█)\n", "single-line"),
+    ("python", "def f(x):\n    if █ > 0:\n        pass\n", "single-line"),
+    ("python", "x = 1\n█\n", "multi-line"),
+    ("python", "x = 1  # a comment█\n", "none"),
+    ("python", 'x = "in a str█ing"\n', "none"),
+    ("python", 'x = "done"█\n', "single-line"),
+    ("python", "def f(x):\n    ret█urn x\n", "none"),
+    ("python", 'def f():\n    """Docstring █\n    """\n', "none"),
+    ("python", "for i in range(10):█\n", "multi-line"),
+    # JavaScript
+    ("javascript", "function f(a) {\n  █\n}\n", "multi-line"),
+    ("javascript", "function f(a) {█}\n", "multi-line"),
+    ("javascript", "const x = █;\n", "single-line"),
+    ("javascript", "const x = [1, █];\n", "single-line"),
+    ("javascript", "// a comment █\nlet y = 1;\n", "none"),
+    ("javascript", "const s = `templ█ate`;\n", "none"),
+    ("javascript", "if (a) {\n  x();\n}\n█", "multi-line"),
+    # TypeScript
+    ("typescript", "interface A {\n  █\n}\n", "multi-line"),
+    ("typescript", "function f(a: number): █ {\n}\n", "single-line"),
+    ("typescript", "const s: string = 'a █';\n", "none"),
+    ("typescript", "/* block █ comment */\n", "none"),
+    # Go
+    ("go", "package main\n\nfunc main() {\n\t█\n}\n", "multi-line"),
+    ("go", "package main\n\nfunc main() {\n\tx := █\n}\n", "single-line"),
+    ("go", 'package main\n\nvar s = "a █"\n', "none"),
+    ("go", "package main\n\n// doc █\nfunc f() {}\n", "none"),
+    # Rust
+    ("rust", "fn main() {\n    █\n}\n", "multi-line"),
+    ("rust", "fn main() {\n    let x = █;\n}\n", "single-line"),
+    ("rust", 'fn main() {\n    let s = "a █";\n}\n', "none"),
+    ("rust", "/// doc █\nfn f() {}\n", "none"),
+    ("rust", "fn main() {█\n", "multi-line"),
+    # No grammar: indentation and bracket rules
+    ("lua", "function f()\n  █\nend\n", "multi-line"),
+    ("lua", "local x = █\n", "single-line"),
+    ("lua", "-- comment █\n", "none"),
+    ("lua", "local t = {█}\n", "multi-line"),
+]
+
+
+@pytest.mark.parametrize(("language", "marked", "expected"), CASES)
+def test_completion_mode(language: str, marked: str, expected: str) -> None:
+    offset = marked.index(CURSOR)
+    text = marked.replace(CURSOR, "")
+    store = DocumentStore()
+    uri = f"file:///w/a.{EXTENSIONS[language]}"
+    store.open(uri, language, 1, text)
+    doc = store.get(uri)
+    mode = completion_mode(
+        text, offset, tree=doc.tree, byte_offset=doc.byte_offset(offset), language=doc.language
+    )
+    assert mode == expected
+
+
+def test_comments_complete_when_not_suppressed() -> None:
+    text = "x = 1  # a comment"
+    store = DocumentStore()
+    store.open("file:///w/a.py", "python", 1, text)
+    doc = store.get("file:///w/a.py")
+    mode = completion_mode(text, len(text), tree=doc.tree, language="python", suppress_in_comments=False)
+    assert mode == "single-line"
