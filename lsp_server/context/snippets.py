@@ -99,7 +99,7 @@ def similar_snippets(current: Document, offset: int, others: Sequence[Document])
 
 
 # -- imports ------------------------------------------------------------------------------------
-_PY_FROM = re.compile(r"^[ \t]*from[ \t]+([\w.]+)[ \t]+import[ \t]+\(?([\w \t,\n]+)\)?", re.MULTILINE)
+_PY_FROM = re.compile(r"^[ \t]*from[ \t]+([\w.]+)[ \t]+import[ \t]+(?:\(([^)]*)\)|([^\n#]+))", re.MULTILINE)
 _PY_IMPORT = re.compile(r"^[ \t]*import[ \t]+([\w.]+)", re.MULTILINE)
 _JS_IMPORT = re.compile(
     r"import\s+(?:type\s+)?(?:(\w+)\s*,?\s*)?(?:\{([^}]*)\}\s*)?(?:\*\s*as\s+\w+\s*)?from\s+['\"]([^'\"]+)['\"]"
@@ -130,7 +130,8 @@ def imports_of(text: str, language: str | None) -> list[ImportTarget]:
     """What `text` imports, as (candidate path suffixes, names)."""
     targets: list[ImportTarget] = []
     if language == "python":
-        for module, names in _PY_FROM.findall(text):
+        for module, grouped, names in _PY_FROM.findall(text):
+            names = grouped or names
             path = module.lstrip(".").replace(".", "/")
             if path:
                 targets.append(((f"{path}.py", f"{path}/__init__.py"), _names(names)))
@@ -225,7 +226,7 @@ def import_snippets(current: Document, others: Sequence[Document]) -> list[Score
             else:
                 # The whole module: the first line (signature) of each definition.
                 wanted = [node for _, node in definitions]
-                parts = [_head(node, 1) for node in wanted[:24]]
+                parts = [_head(node, 1).split("\n")[0] for node in wanted[:24]]
             if parts:
                 line = wanted[0].start_point[0]
                 # Imported definitions outrank any similarity score.
@@ -251,17 +252,17 @@ def select_snippets(
     candidates.sort(key=lambda c: (-c.score, c.snippet.path))
     chosen: list[ScoredSnippet] = []
     used = 0
-    seen_sources: set[tuple[str, int]] = set()
+    seen_sources: set[str] = set()  # one snippet per document: imported definitions win over similarity
     for candidate in candidates:
         if len(chosen) == max_snippets:
             break
-        if (candidate.source_uri, candidate.start_line) in seen_sources:
+        if candidate.source_uri in seen_sources:
             continue
         cost = count_tokens(candidate.snippet.text) + 8  # + the path header
         if used + cost > budget_tokens:
             continue
         used += cost
         chosen.append(candidate)
-        seen_sources.add((candidate.source_uri, candidate.start_line))
+        seen_sources.add(candidate.source_uri)
     chosen.sort(key=lambda c: (c.snippet.path, c.start_line))
     return [c.snippet for c in chosen]
