@@ -40,7 +40,7 @@ def _select(store: DocumentStore, uri: str, offset: int, max_snippets: int = 3) 
         (
             "typescript",
             "file:///w/src/math.ts",
-            "export function add(a: number, b: number): number {\n  return a + b;\n}\nexport const zero = 0;\n",
+            "export function add(a: number, b: number): number {\n  return a + b;\n}\nexport const z = 0;\n",
             "file:///w/src/main.ts",
             "import { add } from './math';\nconst y = ",
             "export function add(a: number, b: number): number {\n  return a + b;\n}",
@@ -120,7 +120,7 @@ def test_typing_on_the_cursor_line_does_not_reshuffle_snippets() -> None:
         ("python", "from a.b import c, d\nimport e.f\n", [(("a/b.py", "a/b/__init__.py"), ("c", "d")),
                                                           (("e/f.py", "e/f/__init__.py"), ())]),
         ("javascript", "import x, { y as z } from './lib/m';\nimport React from 'react';\n",
-         [(("lib/m.ts", "lib/m.tsx", "lib/m.js", "lib/m.jsx", "lib/m.mjs", "lib/m/index.ts", "lib/m/index.js"),
+         [(tuple("lib/m" + ext for ext in (".ts", ".tsx", ".js", ".jsx", ".mjs", "/index.ts", "/index.js")),
            ("x", "y"))]),
         ("rust", "use crate::a::b::Thing;\n", [(("a/b.rs", "a/b/mod.rs"), ("Thing",))]),
     ],
