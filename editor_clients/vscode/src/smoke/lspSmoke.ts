@@ -141,8 +141,16 @@ async function main(): Promise<number> {
   const connection = createMessageConnection(new StreamMessageReader(child.stdout), new StreamMessageWriter(child.stdin));
   connection.listen();
   try {
-    const summary = await withTimeout(session(connection, options), options.timeoutMs, "LSP session");
+    const diedEarly = exited.then((code): never => {
+      throw new Error(`the server exited with code ${code} before the session ended`);
+    });
+    const summary = await withTimeout(
+      Promise.race([session(connection, options), diedEarly]),
+      options.timeoutMs,
+      "LSP session",
+    );
     summary.serverExitCode = await withTimeout(exited, 10_000, "server exit after `exit`");
+    diedEarly.catch(() => undefined); // it settled after a clean exit; nothing to report
     process.stdout.write(`${JSON.stringify(summary)}\n`);
     const items = summary.items as unknown[];
     return items.length > 0 ? 0 : 1;

@@ -1,0 +1,96 @@
+-- Defaults and validation for require('specls').setup{...}. A bad value falls back to its default with a
+-- warning, so one typo never disables the plugin.
+local M = {}
+
+M.defaults = {
+  -- How to start the server; `specls serve` reads everything else from `settings`.
+  cmd = { 'specls', 'serve' },
+  -- Server settings, sent as initializationOptions (camelCase, as in the server's docs):
+  -- backend, target, draft, device, endpoint, remoteModel, maxNewTokens, temperature, maxLines, ...
+  settings = {},
+  -- File types to attach to; nil means every normal file buffer.
+  filetypes = nil,
+  -- Ask for a suggestion after each change in insert mode.
+  auto_trigger = true,
+  -- Wait this long after the last keystroke before asking (the server also debounces: debounceMs).
+  debounce_ms = 0,
+  -- Insert-mode keys; false disables one. Accept falls back to the key itself when nothing is shown.
+  keymaps = {
+    accept = '<Tab>',
+    accept_word = '<M-Right>',
+    accept_line = '<M-Down>',
+    dismiss = '<C-]>',
+  },
+  -- Highlight group of the ghost text (defined as a link to Comment unless you define it).
+  hl_group = 'SpeclsGhostText',
+  -- Use Neovim's own vim.lsp.inline_completion (0.12+) when it exists: 'auto', true or false.
+  -- The built-in client accepts whole suggestions only; accept word/line need false.
+  use_builtin = 'auto',
+}
+
+local expected = {
+  cmd = 'table',
+  settings = 'table',
+  filetypes = 'table',
+  auto_trigger = 'boolean',
+  debounce_ms = 'number',
+  keymaps = 'table',
+  hl_group = 'string',
+}
+
+local function copy(value)
+  return type(value) == 'table' and vim.deepcopy(value) or value
+end
+
+--- Merge `user` over the defaults. Returns the config and a list of problems (each already fixed).
+function M.resolve(user)
+  local config = vim.deepcopy(M.defaults)
+  local problems = {}
+  if user == nil then
+    return config, problems
+  end
+  if type(user) ~= 'table' then
+    return config, { 'setup() expects a table, got ' .. type(user) }
+  end
+  for key, value in pairs(user) do
+    if M.defaults[key] == nil and key ~= 'filetypes' then
+      table.insert(problems, ('unknown option %q ignored'):format(key))
+    elseif key == 'use_builtin' then
+      if value == 'auto' or type(value) == 'boolean' then
+        config.use_builtin = value
+      else
+        table.insert(problems, "use_builtin must be 'auto', true or false")
+      end
+    elseif type(value) ~= expected[key] then
+      table.insert(problems, ('option %q must be a %s, got %s; default kept'):format(key, expected[key], type(value)))
+    elseif key == 'keymaps' then
+      for name, lhs in pairs(value) do
+        if M.defaults.keymaps[name] == nil then
+          table.insert(problems, ('unknown keymap %q ignored'):format(name))
+        elseif lhs == false or type(lhs) == 'string' then
+          config.keymaps[name] = lhs
+        else
+          table.insert(problems, ('keymap %q must be a key string or false'):format(name))
+        end
+      end
+    elseif key == 'cmd' and (#value == 0 or type(value[1]) ~= 'string') then
+      table.insert(problems, 'cmd must be a list like { "specls", "serve" }; default kept')
+    elseif key == 'debounce_ms' and value < 0 then
+      table.insert(problems, 'debounce_ms must be 0 or more; default kept')
+    else
+      config[key] = copy(value)
+    end
+  end
+  return config, problems
+end
+
+--- Whether Neovim's built-in inline completion should draw and accept suggestions.
+function M.builtin_enabled(config)
+  local available = vim.lsp.inline_completion ~= nil
+  if config.use_builtin == 'auto' then
+    return available
+  end
+  return config.use_builtin == true and available
+end
+
+return M

@@ -1,0 +1,107 @@
+-- Starting, attaching and restarting the specls language server; keeps the last specls/status.
+local M = {
+  client_id = nil,
+  status = { state = 'stopped', message = 'not started' },
+}
+
+local lsp_config -- built by M.configure from the plugin config
+local on_attach_hooks = {}
+
+local function capabilities()
+  local caps = vim.lsp.protocol.make_client_capabilities()
+  -- Older clients do not announce inline completion; the plugin implements it itself, so say so.
+  caps.textDocument.inlineCompletion = caps.textDocument.inlineCompletion or { dynamicRegistration = false }
+  -- Neovim before 0.10 counts columns in UTF-16 and does not say so; say it, so no server has to guess.
+  caps.general = caps.general or {}
+  caps.general.positionEncodings = caps.general.positionEncodings or { 'utf-16' }
+  return caps
+end
+
+local function on_status(_, params)
+  if type(params) == 'table' then
+    M.status = params
+  end
+end
+
+--- Remember how to start the server; `hook(client, bufnr)` runs on every attach.
+function M.configure(config, hook)
+  on_attach_hooks = { hook }
+  lsp_config = {
+    name = 'specls',
+    cmd = config.cmd,
+    root_dir = vim.fn.getcwd(),
+    init_options = config.settings,
+    capabilities = capabilities(),
+    -- Send each edit at once: a suggestion is only as fresh as the text the server has.
+    flags = { debounce_text_changes = 0 },
+    handlers = { ['specls/status'] = on_status },
+    on_attach = function(client, bufnr)
+      for _, hook_fn in ipairs(on_attach_hooks) do
+        hook_fn(client, bufnr)
+      end
+    end,
+    on_exit = function(code, signal)
+      M.client_id = nil
+      M.status = { state = 'stopped', message = ('server exited (code %s, signal %s)'):format(code, signal) }
+    end,
+  }
+end
+
+function M.client()
+  return M.client_id and vim.lsp.get_client_by_id(M.client_id) or nil
+end
+
+--- Attach `bufnr` to the server, starting it first if needed.
+function M.attach(bufnr)
+  if not lsp_config then
+    error('specls: call require("specls").setup() first')
+  end
+  if vim.lsp.start then -- 0.8+: starts or reuses the client and attaches in one call
+    M.client_id = vim.lsp.start(lsp_config, { bufnr = bufnr }) or M.client_id
+    return M.client_id
+  end
+  if not M.client() then
+    M.client_id = vim.lsp.start_client(lsp_config)
+    if not M.client_id then
+      M.status = { state = 'error', message = 'could not start ' .. table.concat(lsp_config.cmd, ' ') }
+      return nil
+    end
+    M.status = { state = 'loading', message = 'starting' }
+  end
+  vim.lsp.buf_attach_client(bufnr, M.client_id)
+  return M.client_id
+end
+
+function M.attached_buffers()
+  local buffers = {}
+  local client = M.client()
+  if client then
+    for _, bufnr in ipairs(vim.api.nvim_list_bufs()) do
+      if vim.lsp.buf_is_attached(bufnr, client.id) then
+        table.insert(buffers, bufnr)
+      end
+    end
+  end
+  return buffers
+end
+
+--- Stop the server (waiting up to `timeout_ms` for it to go) and start it again for the same buffers.
+function M.restart(timeout_ms)
+  local client = M.client()
+  local buffers = M.attached_buffers()
+  if client then
+    client.stop()
+    vim.wait(timeout_ms or 3000, function()
+      return client.is_stopped()
+    end, 50)
+    if not client.is_stopped() then
+      client.stop(true)
+    end
+  end
+  M.client_id = nil
+  for _, bufnr in ipairs(buffers) do
+    M.attach(bufnr)
+  end
+end
+
+return M

@@ -1,0 +1,103 @@
+-- End-to-end driver, run inside `nvim --headless -u NONE`: loads the plugin, starts the real server, types
+-- into a buffer key by key (nvim_input, so insert-mode autocommands fire as for a person), waits for ghost
+-- text, accepts it and writes what happened to $SPECLS_E2E_RESULT as JSON. Inputs come from environment
+-- variables set by tests/e2e/test_neovim_e2e.py.
+local env = vim.env
+local result = { steps = {} }
+
+local function write_result()
+  local file = assert(io.open(env.SPECLS_E2E_RESULT, 'w'))
+  file:write(vim.fn.json_encode(result))
+  file:close()
+end
+
+local function sleep(ms)
+  local co = coroutine.running()
+  vim.defer_fn(function()
+    assert(coroutine.resume(co))
+  end, ms)
+  coroutine.yield()
+end
+
+local function wait_for(what, predicate, timeout_ms)
+  local started = vim.loop.now()
+  while not predicate() do
+    if vim.loop.now() - started > timeout_ms then
+      error('timed out waiting for ' .. what)
+    end
+    sleep(20)
+  end
+  table.insert(result.steps, { what = what, ms = vim.loop.now() - started })
+end
+
+local function type_keys(keys, delay_ms)
+  for _, key in ipairs(keys) do
+    vim.api.nvim_input(key)
+    sleep(delay_ms)
+  end
+end
+
+local function chars(text)
+  local keys = {}
+  for _, ch in ipairs(vim.fn.split(text, '\\zs')) do
+    table.insert(keys, ch == '<' and '<lt>' or ch)
+  end
+  return keys
+end
+
+local function main()
+  vim.opt.runtimepath:append(env.SPECLS_PLUGIN_DIR)
+  local specls = require('specls')
+  specls.setup({
+    cmd = vim.fn.json_decode(env.SPECLS_E2E_CMD),
+    settings = vim.fn.json_decode(env.SPECLS_E2E_SETTINGS),
+  })
+  local timeout = tonumber(env.SPECLS_E2E_TIMEOUT_MS or '60000')
+  vim.cmd('edit ' .. vim.fn.fnameescape(env.SPECLS_E2E_FILE))
+  local bufnr = vim.api.nvim_get_current_buf()
+  local server = require('specls.server')
+  wait_for('server ready', function()
+    return server.status.state == 'ready' or server.status.state == 'error'
+  end, timeout)
+  result.status = server.status
+  if server.status.state ~= 'ready' then
+    error('server not ready: ' .. vim.inspect(server.status))
+  end
+
+  -- Open a line below the last one and type, one key at a time.
+  vim.api.nvim_win_set_cursor(0, { vim.api.nvim_buf_line_count(bufnr), 0 })
+  type_keys({ 'o' }, 20)
+  type_keys(chars(env.SPECLS_E2E_TYPE), tonumber(env.SPECLS_E2E_KEY_DELAY_MS or '30'))
+  result.mode_after_typing = vim.api.nvim_get_mode().mode
+  wait_for('ghost text', function()
+    return specls.ghost_text(bufnr) ~= nil
+  end, timeout)
+  result.ghost = specls.ghost_text(bufnr)
+  result.cursor_before_accept = vim.api.nvim_win_get_cursor(0)
+  result.line_before_accept = vim.api.nvim_get_current_line()
+  local lines_before = vim.api.nvim_buf_line_count(bufnr)
+
+  local accept_key = env.SPECLS_E2E_ACCEPT_KEY or '<Tab>'
+  vim.api.nvim_input(accept_key)
+  wait_for('accepted text in the buffer', function()
+    return vim.api.nvim_buf_line_count(bufnr) ~= lines_before
+      or vim.api.nvim_get_current_line() ~= result.line_before_accept
+  end, 5000)
+  sleep(100) -- let the didAccept notification and the executeCommand go out
+  result.ghost_after_accept = specls.ghost_text(bufnr)
+  result.lines = vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)
+  result.cursor_after_accept = vim.api.nvim_win_get_cursor(0)
+  local stats = server.client().request_sync('specls/stats', {}, 5000, bufnr)
+  result.stats = stats and stats.result
+  result.ok = true
+end
+
+coroutine.wrap(function()
+  local ok, err = pcall(main)
+  if not ok then
+    result.ok = false
+    result.error = tostring(err)
+  end
+  pcall(write_result)
+  vim.cmd('qa!')
+end)()
