@@ -148,6 +148,11 @@ def test_cancel_closes_the_stream_and_the_server_stops_generating(llama_server: 
     backend = backend_for(llama_server.url)
     prompt = "import os\n\nclass Config:\n    def __init__(self"
     long = CompletionRequest(prompt=prompt, max_new_tokens=400)
+    # Precondition: left alone, this request decodes for a long time (no early end of text).
+    decoded_before = metric(llama_server.url, "n_decode_total")
+    assert backend.complete(long).finish_reason == "length"
+    assert metric(llama_server.url, "n_decode_total") - decoded_before >= 300
+
     decoded_before = metric(llama_server.url, "n_decode_total")
     cancel = CancelToken()
 
