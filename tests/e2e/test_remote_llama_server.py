@@ -259,18 +259,19 @@ async def test_stopped_endpoint_is_reported_and_the_lsp_server_stays_alive(
     server = start_llama_server(LLAMA_SERVER, served_model.gguf, tmp_path / "first.log", alias=ALIAS)
     port = int(server.url.rsplit(":", 1)[1])
     session = await start_session(serve_args(server.url))
+    # A fresh document per phase, so no cached or typed-ahead suggestion can stand in for the server.
+    docs = {name: f"file:///workspace/{name}.py" for name in ("up", "down", "back")}
     try:
-        session.open(DOC_URI, DOC)
-        expected = expected_suggestion(server.url, DOC)
-        assert await session.suggestion(DOC_URI) == expected
+        session.open(docs["up"], DOC)
+        assert await session.suggestion(docs["up"]) == expected_suggestion(server.url, DOC)
         server.stop()
 
-        session.type(DOC_URI, " ")
-        assert await session.suggestion(DOC_URI) == ""  # answered, empty
+        session.open(docs["down"], DOC)
+        assert await session.suggestion(docs["down"]) == ""  # answered, empty
         errors = [m.message for m in session.client.log_messages if "unavailable" in m.message]
         assert len(errors) == 1 and f"127.0.0.1:{port}" in errors[0] and "connection refused" in errors[0]
-        session.backspace(DOC_URI)
-        assert await session.suggestion(DOC_URI) == ""  # during the cooldown: empty again, no new message
+        session.type(docs["down"], "x")
+        assert await session.suggestion(docs["down"]) == ""  # during the cooldown: empty, no new message
         assert len([m for m in session.client.log_messages if "unavailable" in m.message]) == 1
         assert (await session.stats())["shown"] >= 0  # the LSP server still answers requests
 
@@ -279,9 +280,11 @@ async def test_stopped_endpoint_is_reported_and_the_lsp_server_stays_alive(
             LLAMA_SERVER, served_model.gguf, tmp_path / "second.log", alias=ALIAS, port=port
         )
         time.sleep(RemoteOptions().cooldown_s + 0.2)
-        session.type(DOC_URI, "\n")
-        session.backspace(DOC_URI)
-        assert await session.suggestion(DOC_URI) == expected
+        expected = expected_suggestion(server.url, DOC)
+        decoded_before = metric(server.url, "n_decode_total")
+        session.open(docs["back"], DOC)
+        assert await session.suggestion(docs["back"]) == expected
+        assert metric(server.url, "n_decode_total") > decoded_before  # it really came from the server
     finally:
         await stop_session(session)
         server.stop()
