@@ -65,7 +65,8 @@ def next_logits(model: LlamaForCausalLM, context: list[int]) -> torch.Tensor:
 
 
 def greedy_path(model: LlamaForCausalLM, context: list[int], steps: int) -> tuple[list[int], list[float]]:
-    tokens, confidences = [], []
+    tokens: list[int] = []
+    confidences: list[float] = []
     for _ in range(steps):
         probs = torch.softmax(next_logits(model, context + tokens), dim=-1)
         tokens.append(int(probs.argmax()))

@@ -1,0 +1,169 @@
+"""The hybrid drafter's per-round choice and acceptance tracking, and the default draft-length policy."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.api import DraftContext
+from engine.drafters.base import Draft
+from engine.drafters.hybrid import HybridDrafter
+from engine.drafters.length import AdaptiveDraftLength
+from engine.drafters.lookup import PromptLookupDrafter
+from engine.drafters.plan import DraftPlan, common_prefix_length
+from engine.drafters.stale import StaleCompletionDrafter
+from engine.drafters.suffix import SuffixDrafter
+
+
+class ScriptedModel:
+    """Stands in for the draft model: always proposes the same tokens and records what it is told."""
+
+    name = "model"
+
+    def __init__(self, tokens: list[int]) -> None:
+        self.tokens = tokens
+        self.observed: list[tuple[int, int]] = []
+
+    def plan(self, context_ids: list[int]) -> DraftPlan:
+        return DraftPlan(self.name, lookup_hit=False, available=None)
+
+    def propose(self, context_ids: list[int], max_tokens: int) -> Draft:
+        return Draft(token_ids=self.tokens[:max_tokens], draft_probs=None, drafter=self.name)
+
+    def observe(self, context_ids: list[int], num_accepted: int, num_drafted: int) -> None:
+        self.observed.append((num_accepted, num_drafted))
+
+
+PROMPT = [50, 51, 52, 53, 1, 2, 3, 60, 61, 62, 99]  # "1 2 3" repeats below; 99 ends the prompt
+
+
+def test_order_is_stale_then_suffix_then_lookup_then_model() -> None:
+    model = ScriptedModel([7, 7])
+    lookup = PromptLookupDrafter()
+    suffix = SuffixDrafter([1, 2, 3, 40, 41])
+    stale = StaleCompletionDrafter([70, 71, 72])
+    context = [*PROMPT, 1, 2]  # lookup (1 2 -> 3 ...) and suffix (1 2 -> 3 40 41) both match
+
+    first_round = HybridDrafter(model=model, lookup=lookup, suffix=suffix, stale=stale)
+    plan = first_round.plan(PROMPT)
+    assert plan.drafter == "stale" and plan.lookup_hit
+    assert first_round.propose(PROMPT, 8) == Draft([70, 71, 72], None, "stale")
+
+    assert HybridDrafter(model=model, lookup=lookup, suffix=suffix).propose(context, 8).drafter == "suffix"
+    assert HybridDrafter(model=model, lookup=lookup).propose(context, 3) == Draft([3, 60, 61], None, "lookup")
+    nothing_copies = [*PROMPT, 77, 78]
+    assert (
+        HybridDrafter(model=model, lookup=lookup, suffix=suffix).propose(nothing_copies, 8).drafter == "model"
+    )
+    empty = HybridDrafter(lookup=lookup).propose(nothing_copies, 8)
+    assert empty.token_ids == [] and empty.drafter == "none"
+
+
+def test_propose_keeps_the_drafter_chosen_by_plan() -> None:
+    model = ScriptedModel([7])
+    drafter = HybridDrafter(model=model, lookup=PromptLookupDrafter())
+    context = [*PROMPT, 1, 2]
+    assert drafter.plan(context).drafter == "lookup"
+    assert drafter.propose(context, 4).drafter == "lookup"
+
+
+def test_only_the_drafter_used_is_told_the_outcome() -> None:
+    model = ScriptedModel([7, 7])
+    drafter = HybridDrafter(model=model, lookup=PromptLookupDrafter())
+    context = [*PROMPT, 1, 2]
+    drafter.propose(context, 4)
+    drafter.observe([*context, 3, 0], 1, 4)
+    assert model.observed == []
+    drafter.propose([*PROMPT, 77, 78], 2)
+    drafter.observe([*PROMPT, 77, 78, 7, 7, 5], 2, 2)
+    assert model.observed == [(2, 2)]
+
+
+def test_weak_lookup_that_keeps_failing_yields_to_the_model_then_is_forgiven() -> None:
+    model = ScriptedModel([7])
+    drafter = HybridDrafter(model=model, lookup=PromptLookupDrafter(), strong_match_len=4, min_acceptance=0.3)
+    weak = [*PROMPT, 1, 2]  # anchored on 2 tokens only
+    for _ in range(4):
+        assert drafter.propose(weak, 4).drafter == "lookup"
+        drafter.observe([*weak, 0], 0, 3)
+    assert drafter.acceptance["lookup"] < 0.3
+    assert drafter.propose(weak, 4).drafter == "model"
+    drafter.observe([*weak, 0], 0, 1)
+    # A strong match (4+ tokens of anchor) is still trusted despite the poor record.
+    strong = [*PROMPT, 52, 53, 1, 2]
+    assert drafter.plan(strong).match_len >= 4
+    assert drafter.propose(strong, 4).drafter == "lookup"
+    drafter.observe([*strong, 0], 0, 3)
+    # Each skipped round restores a little trust; eventually the lookup is tried again.
+    rounds = 0
+    while drafter.propose(weak, 4).drafter == "model":
+        drafter.observe([*weak, 0], 0, 1)
+        rounds += 1
+        assert rounds < 50
+    assert rounds > 0
+
+
+def test_without_a_model_any_copy_match_is_used() -> None:
+    drafter = HybridDrafter(lookup=PromptLookupDrafter())
+    weak = [*PROMPT, 1, 2]
+    for _ in range(6):
+        assert drafter.propose(weak, 4).drafter == "lookup"
+        drafter.observe([*weak, 0], 0, 3)
+
+
+def test_common_prefix_length() -> None:
+    assert common_prefix_length([1, 2, 3], [1, 2, 3]) == 3
+    assert common_prefix_length([1, 2, 3], [1, 2]) == 2
+    assert common_prefix_length([1, 2, 3, 4, 5, 6, 7], [1, 2, 3, 9, 5, 6, 7]) == 3
+    assert common_prefix_length([4], [1]) == 0
+    assert common_prefix_length([], [1]) == 0
+    for cut in range(40):
+        a = list(range(40))
+        b = a[:cut] + [-1] + a[cut + 1 :]
+        assert common_prefix_length(a, b) == cut
+
+
+# ---- default draft length ----------------------------------------------------------------------------
+
+
+def context(drafter: str, lookup_hit: bool) -> DraftContext:
+    return DraftContext(text_before="x = ", generated="", drafter=drafter, lookup_hit=lookup_hit)
+
+
+def test_copied_drafts_are_long_and_stale_ones_whole() -> None:
+    policy = AdaptiveDraftLength()
+    assert policy.max_draft_tokens(context("lookup", True)) == 16
+    assert policy.max_draft_tokens(context("suffix", True)) == 16
+    assert policy.max_draft_tokens(context("stale", True)) == 64
+    assert policy.max_draft_tokens(context("model", False)) == 6
+
+
+def test_model_length_grows_on_full_acceptance_and_shrinks_on_rejection() -> None:
+    policy = AdaptiveDraftLength(model_start=6, model_min=2, model_max=10)
+    policy.observe("model", 6, 6)
+    assert policy.max_draft_tokens(context("model", False)) == 8
+    for _ in range(5):
+        policy.observe("model", 8, 8)
+    assert policy.max_draft_tokens(context("model", False)) == 10
+    for _ in range(20):
+        policy.observe("model", 4, 1)
+    assert policy.max_draft_tokens(context("model", False)) == 2
+    assert policy.max_draft_tokens(context("lookup", True)) == 16  # the copy length is tracked apart
+
+
+def test_copy_length_stays_between_16_and_32() -> None:
+    policy = AdaptiveDraftLength()
+    for _ in range(5):
+        policy.observe("lookup", 16, 16)
+    assert policy.max_draft_tokens(context("lookup", True)) == 32
+    for _ in range(10):
+        policy.observe("suffix", 16, 0)
+    assert policy.max_draft_tokens(context("lookup", True)) == 16
+    policy.observe("lookup", 0, 0)  # an empty round teaches nothing
+    assert policy.max_draft_tokens(context("lookup", True)) == 16
+
+
+def test_policy_rejects_inconsistent_bounds() -> None:
+    with pytest.raises(ValueError):
+        AdaptiveDraftLength(model_start=1, model_min=2)
+    with pytest.raises(ValueError):
+        AdaptiveDraftLength(copy_start=40, copy_max=32)
