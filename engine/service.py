@@ -62,7 +62,6 @@ class LocalEngine:
         self.target = make_decoder(self.pair.target, window)
         self.draft_decoder = PollingDecoder(make_decoder(self.pair.draft, window))
         self.eos_ids = end_of_text_ids(self.tokenizer, self.pair.target)
-        self.default_policy = AdaptiveDraftLength()  # kept across calls: what was learnt still applies
         self._lookup: tuple[tuple[str, ...], PromptLookupDrafter] | None = None
         self._lock = threading.Lock()
 
@@ -102,7 +101,8 @@ class LocalEngine:
                     self.target, prompt_ids, settings, decode=self.decode, on_text=on_text, cancel=cancel
                 )
             drafter = self._build_drafter(request)
-            policy: DraftLengthPolicy = request.draft_policy or self.default_policy
+            # A fresh adaptive policy per call: a seeded request then samples the same tokens every time.
+            policy: DraftLengthPolicy = request.draft_policy or AdaptiveDraftLength()
             self.draft_decoder.token = cancel
             try:
                 return speculative_generate(

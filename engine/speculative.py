@@ -100,7 +100,7 @@ def speculative_generate(
             k = min(k, output.remaining - 1, target.max_length - len(context))
             # 3. Draft; a draft model polls the cancel token before each of its steps (`PollingDecoder`).
             try:
-                draft = drafter.propose(context, k) if k > 0 else Draft([], None, drafter.name)
+                draft = drafter.propose(context, k) if k > 0 else Draft([], None, "none")
             except DraftCancelled:
                 break
             draft_ids = draft.token_ids[:k]

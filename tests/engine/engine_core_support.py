@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -34,6 +35,11 @@ def tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
+def vocab() -> int:
+    """Model vocabularies match the trained tokenizer, so every generated id decodes to text."""
+    return len(tokenizer())
+
+
 def _quiet(model: torch.nn.Module) -> torch.nn.Module:
     # No EOS, so generate() and our loops both run to max_new_tokens.
     model.generation_config.eos_token_id = None
@@ -45,7 +51,7 @@ def tiny_llama(seed: int = 0, layers: int = 2, tied: bool = False, hidden: int =
     """Random Llama with a large init std: logits spread wide, so greedy choices have no near-ties."""
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=VOCAB,
+        vocab_size=vocab(),
         hidden_size=hidden,
         intermediate_size=2 * hidden,
         num_hidden_layers=layers,
@@ -62,7 +68,7 @@ def tiny_llama(seed: int = 0, layers: int = 2, tied: bool = False, hidden: int =
 def tiny_gpt2(seed: int = 0, layers: int = 2) -> GPT2LMHeadModel:
     torch.manual_seed(seed)
     config = GPT2Config(
-        vocab_size=VOCAB,
+        vocab_size=vocab(),
         n_embd=64,
         n_layer=layers,
         n_head=4,
@@ -76,10 +82,13 @@ def tiny_gpt2(seed: int = 0, layers: int = 2) -> GPT2LMHeadModel:
 
 def prompt_ids(length: int, seed: int = 1) -> list[int]:
     generator = torch.Generator().manual_seed(seed)
-    return torch.randint(5, VOCAB, (length,), generator=generator).tolist()
+    return torch.randint(5, vocab(), (length,), generator=generator).tolist()
 
 
-def hf_greedy(model: torch.nn.Module, ids: list[int], max_new_tokens: int) -> list[int]:
+def hf_greedy(
+    model: torch.nn.Module, ids: list[int], max_new_tokens: int, stop_at: Iterable[int] = ()
+) -> list[int]:
+    """transformers' greedy continuation, cut before the first id in `stop_at` (the engine's EOS ids)."""
     with torch.inference_mode():
         out = model.generate(
             torch.tensor([ids]),
@@ -89,7 +98,12 @@ def hf_greedy(model: torch.nn.Module, ids: list[int], max_new_tokens: int) -> li
             eos_token_id=None,
             pad_token_id=0,
         )
-    return out[0, len(ids) :].tolist()
+    generated: list[int] = out[0, len(ids) :].tolist()
+    stops = set(stop_at)
+    for index, token in enumerate(generated):
+        if token in stops:
+            return generated[:index]
+    return generated
 
 
 class ScriptedDrafter:
@@ -112,7 +126,7 @@ class ScriptedDrafter:
         tokens = list(self.reference[start : start + max_tokens])
         if self.corrupt_every and len(tokens) > self.calls % self.corrupt_every:
             position = self.calls % self.corrupt_every
-            tokens[position] = (tokens[position] + 1) % VOCAB
+            tokens[position] = (tokens[position] + 1) % vocab()
         return Draft(token_ids=tokens, draft_probs=None, drafter=self.name)
 
     def observe(self, context_ids: list[int], num_accepted: int, num_drafted: int) -> None:

@@ -1,0 +1,203 @@
+"""Stop rules, streaming, cancellation, sampling and bad input, through the loops and LocalEngine."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from engine_core_support import (
+    WINDOW,
+    FixedLength,
+    ScriptedDrafter,
+    hf_greedy,
+    prompt_ids,
+    tiny_gpt2,
+    tiny_llama,
+    tokenizer,
+)
+
+from engine.api import CancelToken, CompletionRequest, DraftContext
+from engine.autoregressive import autoregressive_generate
+from engine.generation import DecodeSettings
+from engine.hf_decoder import make_decoder
+from engine.models import ModelPair, ModelSource
+from engine.service import LocalEngine
+from engine.speculative import speculative_generate
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def decode(ids: list[int]) -> str:
+    return tokenizer().decode(ids)
+
+
+def local_engine(target: torch.nn.Module, draft: torch.nn.Module) -> LocalEngine:
+    source = ModelSource(spec="test", location="in-memory", is_local=True)
+    pair = ModelPair(target, draft, tokenizer(), torch.device("cpu"), torch.float32, source, source)
+    return LocalEngine(pair=pair)
+
+
+@pytest.fixture(scope="module")
+def llama() -> torch.nn.Module:
+    return tiny_llama(seed=31)
+
+
+@pytest.fixture(scope="module")
+def prompt_text() -> str:
+    return decode(prompt_ids(25, seed=6))
+
+
+def test_stop_string_cuts_text_and_streams_only_prefixes(llama, prompt_text) -> None:
+    engine = local_engine(llama, llama)
+    full = engine.complete(CompletionRequest(prompt=prompt_text, max_new_tokens=40, drafter="model"))
+    stop = full.text[15:18]
+    assert len(stop) == 3
+    streamed: list[str] = []
+    result = engine.complete(
+        CompletionRequest(prompt=prompt_text, max_new_tokens=40, drafter="model", stop_strings=(stop,)),
+        on_text=streamed.append,
+    )
+    assert result.finish_reason == "stop"
+    assert result.text == full.text[: full.text.find(stop)]
+    assert streamed and all(result.text.startswith(text) for text in streamed)
+    assert all(len(a) < len(b) for a, b in zip(streamed, streamed[1:], strict=False))
+    assert decode(result.token_ids).startswith(result.text)
+
+
+def test_stop_check_callback_and_eos(llama, prompt_text) -> None:
+    engine = local_engine(llama, llama)
+    full = engine.complete(CompletionRequest(prompt=prompt_text, max_new_tokens=30, drafter="model"))
+    cut = engine.complete(
+        CompletionRequest(
+            prompt=prompt_text,
+            max_new_tokens=30,
+            drafter="model",
+            stop_check=lambda text: 10 if len(text) > 10 else None,
+        )
+    )
+    assert (cut.finish_reason, cut.text) == ("stop", full.text[:10])
+    # Treat the 6th generated token as end-of-text: generation ends just before it.
+    eos = full.token_ids[5]
+    settings = DecodeSettings(max_new_tokens=30, eos_ids=frozenset({eos}))
+    prompt = engine.encode(prompt_text)
+    for result in (
+        autoregressive_generate(make_decoder(llama), prompt, settings, decode=decode),
+        speculative_generate(
+            make_decoder(llama),
+            ScriptedDrafter(prompt, full.token_ids),
+            prompt,
+            settings,
+            FixedLength(4),
+            decode=decode,
+        ),
+    ):
+        assert result.finish_reason == "eos"
+        assert result.token_ids == full.token_ids[: full.token_ids.index(eos)]
+
+
+class CancelAfterRounds:
+    """A draft-length policy that fires the cancel token when round `rounds + 1` starts drafting."""
+
+    def __init__(self, token: CancelToken, rounds: int, k: int = 3) -> None:
+        self.token, self.rounds, self.k, self.calls = token, rounds, k, 0
+
+    def max_draft_tokens(self, ctx: DraftContext) -> int:
+        self.calls += 1
+        if self.calls > self.rounds:
+            self.token.cancel()
+        return self.k
+
+
+@pytest.mark.parametrize("build", [tiny_llama, tiny_gpt2], ids=["llama", "gpt2"])
+def test_cancel_returns_within_the_round_and_next_call_is_unaffected(build) -> None:
+    target = build(seed=41)
+    engine = local_engine(target, target)
+    text = decode(prompt_ids(30, seed=8))
+    expected = hf_greedy(target, engine.encode(text), 32, stop_at=engine.eos_ids)
+    for drafter in ("model", "hybrid"):
+        token = CancelToken()
+        policy = CancelAfterRounds(token, rounds=2)
+        request = CompletionRequest(prompt=text, max_new_tokens=32, drafter=drafter, draft_policy=policy)
+        result = engine.complete(request, cancel=token)
+        assert result.finish_reason == "cancelled"
+        assert result.stats["target_forwards"] == 2  # cancelled while drafting round 3: no verify ran
+        assert len(result.token_ids) >= 2 and expected[: len(result.token_ids)] == result.token_ids
+        again = engine.complete(CompletionRequest(prompt=text, max_new_tokens=32, drafter=drafter))
+        assert again.token_ids == expected
+
+
+def test_cancel_from_on_text_between_draft_model_steps(llama, prompt_text) -> None:
+    engine = local_engine(llama, llama)
+    expected = hf_greedy(llama, engine.encode(prompt_text), 32, stop_at=engine.eos_ids)
+    token = CancelToken()
+    seen: list[str] = []
+
+    def on_text(text: str) -> None:
+        seen.append(text)
+        token.cancel()
+
+    result = engine.complete(
+        CompletionRequest(prompt=prompt_text, max_new_tokens=32, drafter="model"),
+        on_text=on_text,
+        cancel=token,
+    )
+    assert result.finish_reason == "cancelled"
+    assert result.stats["target_forwards"] == len(seen) == 1
+    assert result.token_ids == expected[: len(result.token_ids)]
+    assert engine.complete(CompletionRequest(prompt=prompt_text, max_new_tokens=32)).token_ids == expected
+    # A token cancelled before the call starts yields an empty, cancelled result without touching caches.
+    early = engine.complete(CompletionRequest(prompt=prompt_text, max_new_tokens=32), cancel=token)
+    assert (early.finish_reason, early.token_ids, early.stats["target_forwards"]) == ("cancelled", [], 0)
+
+
+@pytest.mark.parametrize("drafter", ["model", "hybrid", "none"])
+def test_sampled_path_is_seeded_and_stays_in_the_nucleus(llama, prompt_text, drafter) -> None:
+    engine = local_engine(llama, tiny_llama(seed=32))
+
+    def sample(seed: int) -> list[int]:
+        request = CompletionRequest(
+            prompt=prompt_text,
+            max_new_tokens=24,
+            temperature=0.9,
+            top_k=20,
+            top_p=0.9,
+            seed=seed,
+            drafter=drafter,
+        )
+        result = engine.complete(request)
+        assert result.finish_reason == "length" and len(result.token_ids) == 24
+        return result.token_ids
+
+    first = sample(1)
+    assert sample(1) == first
+    assert sample(2) != first
+    # Every sampled token is among the target's top 20 at its position (top_k is honoured end to end).
+    ids = engine.encode(prompt_text) + first
+    with torch.inference_mode():
+        logits = llama(torch.tensor([ids])).logits[0, -len(first) - 1 : -1]
+    top20 = logits.topk(20).indices
+    assert all(token in row.tolist() for token, row in zip(first, top20, strict=True))
+
+
+def test_bad_input_gets_clear_errors(llama) -> None:
+    engine = local_engine(llama, llama)
+    with pytest.raises(ValueError, match="empty"):
+        engine.complete(CompletionRequest(prompt=""))
+    with pytest.raises(ValueError, match="context window"):
+        engine.complete(CompletionRequest(prompt="x = 1", max_new_tokens=WINDOW))
+    with pytest.raises(ValueError, match="unknown drafter"):
+        engine.complete(CompletionRequest(prompt="x = 1", drafter="oracle"))
+
+
+@pytest.mark.parametrize("drafter", ["none", "hybrid"])
+def test_long_prompt_is_truncated_from_the_left(llama, drafter) -> None:
+    engine = local_engine(llama, llama)
+    ids = prompt_ids(WINDOW + 50, seed=12)
+    result = engine.complete(CompletionRequest(prompt=decode(ids), max_new_tokens=16, drafter=drafter))
+    encoded = engine.encode(decode(ids))
+    kept = encoded[-(WINDOW - 16) :]
+    assert result.stats["truncated_prompt_tokens"] == len(encoded) - len(kept)
+    assert result.stats["prompt_tokens"] == WINDOW - 16
+    assert result.token_ids == hf_greedy(llama, kept, 16, stop_at=engine.eos_ids)
