@@ -271,7 +271,11 @@ class Scheduler:
             self._cond.notify()
 
     def update_settings(self, settings: ServerSettings) -> None:
-        """Apply settings that need no reload (decoding and context knobs); they hold from the next job."""
+        """Apply settings that need no reload (decoding and context knobs); they hold from the next job,
+        and finished suggestions made under the old ones are no longer served."""
+        if settings != self.settings:
+            for uri in [uri for uri, generation in self._latest.items() if generation.done]:
+                del self._latest[uri]
         self.settings = settings
 
     def stop(self) -> None:

@@ -200,7 +200,10 @@ def _field(params: Any, name: str) -> Any:
 
 @guarded(None)
 def initialize(ls: SpeclsServer, params: types.InitializeParams) -> None:
-    ls.store.position_encoding = str(ServerCapabilitiesBuilder.choose_position_encoding(params.capabilities))
+    encoding = ServerCapabilitiesBuilder.choose_position_encoding(params.capabilities)
+    ls.store.position_encoding = (
+        encoding.value if isinstance(encoding, types.PositionEncodingKind) else encoding
+    )
     options = params.initialization_options
     if isinstance(options, Mapping):
         ls.client_settings = dict(settings_section(options))

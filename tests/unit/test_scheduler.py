@@ -11,24 +11,6 @@ from types import SimpleNamespace
 
 import pytest
 
-import lsp_server.context as _context
-
-if not hasattr(_context, "build_completion_context"):  # TEMPORARY until lsp_server.context lands
-    from dataclasses import dataclass as _dataclass
-
-    @_dataclass
-    class _ContextSettings:
-        max_prompt_tokens: int = 1536
-        prefix_fraction: float = 0.75
-        max_snippets: int = 3
-        suppress_in_comments: bool = True
-        max_lines: int = 8
-
-    _context.ContextSettings = _ContextSettings  # type: ignore[attr-defined]
-    _context.CompletionContext = SimpleNamespace  # type: ignore[attr-defined]
-    _context.build_completion_context = None  # type: ignore[attr-defined]
-    _context.finalize_completion = None  # type: ignore[attr-defined]
-
 from lsp_server.backends.fake import FakeBackend, continuation_for, split_tokens
 from lsp_server.config import FakeSettings, ServerSettings
 from lsp_server.documents import DocumentStore, TextChange
