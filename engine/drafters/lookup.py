@@ -42,14 +42,21 @@ class NgramIndex:
     def extend(self, tokens: Iterable[int]) -> None:
         self.tokens.extend(tokens)
         seq = self.tokens
-        ends = self._ends
-        # An n-gram ending at `end` is indexed once a token follows it (end < len(seq)).
-        for end in range(max(self._indexed_until, 1), len(seq)):
-            for n in range(self.min_n, min(self.max_n, end) + 1):
-                key = tuple(seq[end - n : end])
-                if self._keep_last or key not in ends:
-                    ends[key] = end
-        self._indexed_until = max(self._indexed_until, len(seq))
+        last_end = len(seq) - 1  # an n-gram ending at `end` is indexed once a token follows it
+        for n in range(self.min_n, self.max_n + 1):
+            first_end = max(self._indexed_until, n)
+            if first_end > last_end:
+                continue
+            # zip builds the n-gram tuples in C: the j-th one is seq[first_end - n + j : first_end + j].
+            window = seq[first_end - n : last_end]
+            grams = zip(*(window[i:] for i in range(n)), strict=False)  # shifted copies: lengths differ
+            positions = range(first_end, last_end + 1)
+            if self._keep_last:
+                self._ends.update(zip(grams, positions, strict=True))
+            else:
+                for gram, end in zip(grams, positions, strict=True):
+                    self._ends.setdefault(gram, end)
+        self._indexed_until = max(self._indexed_until, last_end + 1)
 
     def sync(self, tokens: list[int]) -> None:
         """Make the index describe `tokens`: extend when it only grew (the usual case), else rebuild."""

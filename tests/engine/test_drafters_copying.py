@@ -94,6 +94,25 @@ def test_ngram_index_keeps_first_or_last_occurrence() -> None:
     assert last.find([3]) is None
 
 
+@pytest.mark.parametrize("keep", ["first", "last"])
+def test_ngram_index_built_in_chunks_agrees_with_brute_force(keep: str) -> None:
+    rng = random.Random(3)
+    seq = [rng.randrange(4) for _ in range(120)]
+    index = NgramIndex(2, 4, keep=keep)
+    for start in range(0, len(seq), 7):
+        index.extend(seq[start : start + 7])
+    for end in range(len(seq) + 1):
+        tail = seq[:end][-4:]
+        expected = None
+        for n in range(min(4, len(tail)), 1, -1):
+            # continuation starts of earlier occurrences of the n-gram, each followed by at least one token
+            starts = [e for e in range(n, len(seq)) if seq[e - n : e] == tail[len(tail) - n :]]
+            if starts:
+                expected = ((starts[0] if keep == "first" else starts[-1]), n)
+                break
+        assert index.find(tail) == expected
+
+
 def test_ngram_index_rejects_bad_settings() -> None:
     with pytest.raises(ValueError):
         NgramIndex(0, 3)
