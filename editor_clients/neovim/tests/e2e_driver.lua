@@ -4,6 +4,7 @@
 -- variables set by tests/e2e/test_neovim_e2e.py.
 local env = vim.env
 local result = { steps = {} }
+local cancels = 0 -- $/cancelRequest sent by the plugin while typing
 
 local function write_result()
   local file = assert(io.open(env.SPECLS_E2E_RESULT, 'w'))
@@ -60,6 +61,12 @@ local function main()
     return server.status.state == 'ready' or server.status.state == 'error'
   end, timeout)
   result.status = server.status
+  local client = server.client()
+  local cancel_request = client.cancel_request
+  client.cancel_request = function(...)
+    cancels = cancels + 1
+    return cancel_request(...)
+  end
   if server.status.state ~= 'ready' then
     error('server not ready: ' .. vim.inspect(server.status))
   end
@@ -77,16 +84,24 @@ local function main()
   result.line_before_accept = vim.api.nvim_get_current_line()
   local lines_before = vim.api.nvim_buf_line_count(bufnr)
 
-  local accept_key = env.SPECLS_E2E_ACCEPT_KEY or '<Tab>'
-  vim.api.nvim_input(accept_key)
-  wait_for('accepted text in the buffer', function()
-    return vim.api.nvim_buf_line_count(bufnr) ~= lines_before
-      or vim.api.nvim_get_current_line() ~= result.line_before_accept
-  end, 5000)
-  sleep(100) -- let the didAccept notification and the executeCommand go out
-  result.ghost_after_accept = specls.ghost_text(bufnr)
+  local scenario = env.SPECLS_E2E_SCENARIO or 'accept'
+  local keys = { accept = '<Tab>', accept_word = '<M-Right>', accept_line = '<M-Down>', dismiss = '<C-]>' }
+  vim.api.nvim_input(keys[scenario])
+  if scenario == 'dismiss' then
+    wait_for('ghost text gone', function()
+      return specls.ghost_text(bufnr) == nil
+    end, 5000)
+  else
+    wait_for('accepted text in the buffer', function()
+      return vim.api.nvim_buf_line_count(bufnr) ~= lines_before
+        or vim.api.nvim_get_current_line() ~= result.line_before_accept
+    end, 5000)
+  end
+  sleep(100) -- let the notifications and the executeCommand go out
+  result.ghost_after = specls.ghost_text(bufnr) or vim.NIL
   result.lines = vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)
-  result.cursor_after_accept = vim.api.nvim_win_get_cursor(0)
+  result.cursor_after = vim.api.nvim_win_get_cursor(0)
+  result.cancel_requests = cancels
   local stats = server.client().request_sync('specls/stats', {}, 5000, bufnr)
   result.stats = stats and stats.result
   result.ok = true
