@@ -473,10 +473,13 @@ class Scheduler:
         if generation.done:
             return
         generation.text = text
+        if not still_agrees(text, generation.typed):
+            # The user typed something else meanwhile (we could not tell while nothing was generated yet):
+            # the rest is of no use, and requests made before that typing are stale.
+            self._cancel(generation)
+            return
         for waiter in list(generation.waiters):
             self._evaluate(generation, waiter)
-        if not generation.waiters and not still_agrees(text, generation.typed):
-            generation.token.cancel()  # the user typed something else: nobody can use the rest
 
     def _on_done(
         self, generation: Generation, text: str, result: CompletionResult | None, error: str | None
