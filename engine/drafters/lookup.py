@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from engine.drafters.base import Draft
-from engine.drafters.plan import DraftPlan, common_prefix_length
+from engine.drafters.plan import DraftPlan
 
 
 class NgramIndex:
@@ -21,7 +21,7 @@ class NgramIndex:
     at least one token are indexed, so the query (the sequence's own tail) never matches itself.
     """
 
-    def __init__(self, min_n: int, max_n: int, keep: str = "last", max_truncated: int = 256) -> None:
+    def __init__(self, min_n: int, max_n: int, keep: str = "last") -> None:
         if not 1 <= min_n <= max_n:
             raise ValueError(f"need 1 <= min_n <= max_n, got min_n={min_n}, max_n={max_n}")
         if keep not in ("last", "first"):
@@ -32,14 +32,11 @@ class NgramIndex:
         self.tokens: list[int] = []
         self._ends: dict[tuple[int, ...], int] = {}
         self._indexed_until = 0  # n-grams ending at positions < this are indexed
-        self._truncated = 0  # tokens dropped by edits since the last rebuild
-        self.max_truncated = max_truncated
 
     def reset(self, tokens: Sequence[int]) -> None:
         self.tokens = []
         self._ends = {}
         self._indexed_until = 0
-        self._truncated = 0
         self.extend(tokens)
 
     def extend(self, tokens: Iterable[int]) -> None:
@@ -62,34 +59,22 @@ class NgramIndex:
         self._indexed_until = max(self._indexed_until, last_end + 1)
 
     def sync(self, tokens: list[int]) -> None:
-        """Make the index describe `tokens`.
+        """Make the index describe `tokens`: extend it when they only grew (generation), else rebuild it.
 
-        Appends (generation) extend it. An edit late in the sequence (the next keystroke) truncates it to
-        the common prefix and re-indexes the rest: entries that pointed into the edited part are not
-        removed but fail the check in `find`, so at worst an older occurrence of such an n-gram is
-        missed. An edit early in the sequence rebuilds the index, and so does the edit that brings the
-        tokens truncated since the last rebuild over `max_truncated`, which bounds what can be missed.
+        A rebuild costs about a millisecond per thousand tokens, once per keystroke; rebuilding (rather
+        than patching) keeps the index a function of the tokens alone, so a seeded call is reproducible.
         """
         known = len(self.tokens)
         if len(tokens) >= known and tokens[:known] == self.tokens:
             self.extend(tokens[known:])
-            return
-        keep = common_prefix_length(self.tokens, tokens)
-        self._truncated += known - keep
-        if keep < len(tokens) // 2 or self._truncated > self.max_truncated:
+        else:
             self.reset(tokens)
-            return
-        del self.tokens[keep:]
-        self._indexed_until = min(self._indexed_until, keep)
-        self.extend(tokens[keep:])
 
     def find(self, tail: Sequence[int]) -> tuple[int, int] | None:
         """Longest n-gram at the end of `tail` that occurs in the index: (continuation start, n), or None."""
-        seq = self.tokens
         for n in range(min(self.max_n, len(tail)), self.min_n - 1, -1):
-            gram = tuple(tail[len(tail) - n :])
-            end = self._ends.get(gram)
-            if end is not None and end < len(seq) and tuple(seq[end - n : end]) == gram:
+            end = self._ends.get(tuple(tail[len(tail) - n :]))
+            if end is not None:
                 return end, n
         return None
 

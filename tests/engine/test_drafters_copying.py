@@ -68,56 +68,20 @@ def test_lookup_stops_before_stop_ids_and_honours_both_limits() -> None:
     assert PromptLookupDrafter(max_tokens=3).propose(context, 10).token_ids == [3, 4, 0]
 
 
-def is_genuine_copy(draft: list[int], context: list[int], sources: list[list[int]], ngrams: range) -> bool:
-    """True when `draft` continues some earlier occurrence of a tail n-gram of `context` in a source."""
-    for seq in sources:
-        periodic = seq is context
-        for n in ngrams:
-            gram = context[-n:]
-            for end in range(n, len(seq)):
-                if (
-                    seq[end - n : end] == gram
-                    and continue_from(seq, end, len(draft), frozenset(), periodic=periodic) == draft
-                ):
-                    return True
-    return False
-
-
-def test_lookup_index_follows_appends_like_a_fresh_one() -> None:
+def test_lookup_index_follows_appends_and_edits_like_a_fresh_one() -> None:
+    """The kept index (extended on append, rebuilt on edit) must answer exactly as a freshly built one."""
     rng = random.Random(0)
     extras = [[rng.randrange(8) for _ in range(40)]]
     kept = PromptLookupDrafter(extras, min_ngram=1, max_ngram=4)
     context = [rng.randrange(8) for _ in range(30)]
-    for _ in range(100):
-        context = context + [rng.randrange(8) for _ in range(rng.randrange(1, 4))]
-        fresh = PromptLookupDrafter(extras, min_ngram=1, max_ngram=4)
-        assert kept.propose(context, 6).token_ids == fresh.propose(context, 6).token_ids
-
-
-def test_lookup_index_through_edits_only_proposes_genuine_copies() -> None:
-    """Late edits truncate the index instead of rebuilding it: a draft may come from an older or shorter
-    match than a fresh index would pick, but it is always a real continuation in the current text."""
-    rng = random.Random(1)
-    extras = [[rng.randrange(8) for _ in range(40)]]
-    kept = PromptLookupDrafter(extras, min_ngram=1, max_ngram=4)
-    context = [rng.randrange(8) for _ in range(60)]
-    same = 0
     for step in range(150):
         if step % 5 == 4:  # a keystroke: the prompt changes near its end
             cut = len(context) - rng.randrange(1, 6)
             context = context[:cut] + [rng.randrange(8) for _ in range(rng.randrange(1, 4))]
         else:
             context = context + [rng.randrange(8) for _ in range(rng.randrange(1, 4))]
-        draft = kept.propose(context, 6).token_ids
-        fresh = PromptLookupDrafter(extras, min_ngram=1, max_ngram=4).propose(context, 6).token_ids
-        assert draft, "a 1-gram over 8 symbols always has an earlier occurrence"
-        assert is_genuine_copy(draft, context, [context, *extras], range(1, 5))
-        same += draft == fresh
-    assert same > 150 // 2  # and mostly the very same draft (129 of 150 with this seed)
-    # An edit early in the text rebuilds the index: it then answers exactly as a fresh one.
-    context = [(context[0] + 1) % 8, *context[1:]]
-    fresh = PromptLookupDrafter(extras, min_ngram=1, max_ngram=4)
-    assert kept.propose(context, 6).token_ids == fresh.propose(context, 6).token_ids
+        fresh = PromptLookupDrafter(extras, min_ngram=1, max_ngram=4)
+        assert kept.propose(context, 6).token_ids == fresh.propose(context, 6).token_ids
 
 
 @pytest.mark.parametrize("keep", ["first", "last"])
