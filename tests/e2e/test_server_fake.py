@@ -63,8 +63,21 @@ async def test_capabilities_progress_and_a_first_suggestion() -> None:
         await session.client.workspace_execute_command_async(
             types.ExecuteCommandParams(command="specls.accept", arguments=item.command.arguments)
         )
+        suggestion_id = item.command.arguments[0]
+        notify = session.client.protocol.notify
+        notify("specls/didShow", {"uri": URI, "suggestionId": suggestion_id})
+        notify("specls/didAccept", {"uri": URI, "suggestionId": suggestion_id})  # same accept as the command
+        notify("specls/didPartiallyAccept", {"uri": URI, "suggestionId": "other", "acceptedLength": 3})
+        notify("specls/didReject", {"uri": URI, "suggestionId": "another"})
         stats = await session.stats()
-        assert stats["accepted"] == 1 and stats["generations"] == 1
+        assert stats["generations"] == 1
+        assert (stats["shown"], stats["accepted"], stats["partially_accepted"], stats["rejected"]) == (
+            1,
+            1,
+            1,
+            1,
+        )
+        assert stats["acceptance_rate"] == 0.5
         statuses = [s for s in session.statuses if s["state"] == "ready"]
         assert statuses[-1]["model"] == "fake"
     finally:

@@ -382,3 +382,16 @@ async def test_typing_before_the_first_token_is_checked_once_tokens_arrive(make_
     await asyncio.sleep(0.1)
     assert h.backend.calls[0][1].finish_reason == "cancelled"
     assert h.backend.calls[0][1].stats["target_forwards"] <= 2
+
+
+async def test_debounce_lets_only_the_last_of_a_quick_burst_reach_the_model(make_harness) -> None:
+    h = await make_harness([("x = ", "1")], debounce_ms=80)
+    h.open(URI, "x")
+    burst = []
+    for char in " = ":
+        h.type(URI, char)
+        burst.append(h.complete_at_end(URI))
+        await asyncio.sleep(0.01)
+    answers = await asyncio.wait_for(asyncio.gather(*burst), timeout=5)
+    assert [a.text if a else None for a in answers] == [None, None, "1"]
+    assert [request.prompt for request, _ in h.backend.calls] == ["x = "]
