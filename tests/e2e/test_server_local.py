@@ -131,3 +131,16 @@ async def test_an_edit_or_a_newer_request_stops_the_local_generation(pair: tuple
         newer.cancel()
     finally:
         await stop_session(session)
+
+
+async def test_a_missing_local_model_is_reported_and_requests_are_answered_empty(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-model"
+    session = await start_session(args=("--backend", "local", "--target", str(missing), "--device", "cpu"))
+    try:
+        status = await session.wait_for_state("error", timeout=120)
+        assert "no-such-model" in status["message"]
+        assert any("no-such-model" in m.message for m in session.client.messages)  # window/showMessage
+        session.open(URI, "value = ")
+        assert not (await asyncio.wait_for(session.inline(URI), 10)).items
+    finally:
+        await stop_session(session)
