@@ -12,10 +12,12 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from lsprotocol import types
 from pygls.capabilities import ServerCapabilitiesBuilder
+from pygls.exceptions import JsonRpcException
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
@@ -38,9 +40,33 @@ _LOG_LEVELS = {
 }
 
 
+@dataclass(frozen=True)
+class _UnreadableRequest:
+    """A request whose params do not fit its method's type; answered with an error instead of silence."""
+
+    id: int | str
+    error: JsonRpcException
+
+
 class SpeclsProtocol(LanguageServerProtocol):
-    """pygls' protocol without its own copy of each document: `DocumentStore` is the one place that owns
-    text (pygls would re-split every line of a multi-MB file on each keystroke)."""
+    """pygls' protocol with two changes. It keeps no copy of each document: `DocumentStore` is the one place
+    that owns text (pygls would re-split every line of a multi-MB file on each keystroke). And a request with
+    malformed params gets an error response (pygls would log it and never answer)."""
+
+    def structure_message(self, data: dict[str, Any]) -> Any:
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as exc:
+            if "id" in data and "method" in data and isinstance(data["id"], int | str):
+                return _UnreadableRequest(data["id"], exc)
+            raise
+
+    def handle_message(self, message: Any) -> None:
+        if isinstance(message, _UnreadableRequest):
+            logger.warning("request %s has malformed params: %s", message.id, message.error.__cause__)
+            self._send_response(message.id, error=message.error.to_response_error())
+            return
+        super().handle_message(message)
 
     @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
     def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams) -> Any:

@@ -381,6 +381,54 @@ async def test_a_client_that_disconnects_mid_request_does_not_hang_the_server() 
     assert "Traceback" not in stderr
 
 
+async def _read_response(stdout: asyncio.StreamReader, request_id: int) -> dict[str, Any]:
+    while True:
+        header = await asyncio.wait_for(stdout.readuntil(b"\r\n\r\n"), 20)
+        length = int(header.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+        message = json.loads(await stdout.readexactly(length))
+        if message.get("id") == request_id:
+            return dict(message)
+
+
+async def test_malformed_messages_do_not_stop_the_server() -> None:
+    process = await asyncio.create_subprocess_exec(
+        *serve_command("--backend", "fake"),
+        cwd=REPO,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        process.stdin.write(
+            _frame({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}})
+        )
+        await _read_response(process.stdout, 1)
+        garbage = b"\xff\xfe{ not json"
+        process.stdin.write(
+            b"Content-Length: %d\r\n\r\n" % len(garbage) + garbage
+        )  # invalid UTF-8, invalid JSON
+        process.stdin.write(
+            _frame(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 2,
+                    "method": "textDocument/inlineCompletion",
+                    "params": {"textDocument": {"uri": URI}, "position": {"line": -1}},
+                }
+            )
+        )
+        process.stdin.write(_frame({"jsonrpc": "2.0", "id": 3, "method": "specls/stats", "params": None}))
+        await process.stdin.drain()
+        invalid = await _read_response(process.stdout, 2)
+        assert "error" in invalid  # invalid params get an error response, not silence
+        stats = await _read_response(process.stdout, 3)
+        assert stats["result"]["state"] in ("idle", "loading", "ready")
+    finally:
+        process.kill()
+        await process.wait()
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
