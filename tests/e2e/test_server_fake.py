@@ -268,6 +268,10 @@ async def test_bad_input_is_answered_and_the_server_stays_up() -> None:
         # Garbage in custom notifications and an unknown command argument shape.
         client.protocol.notify("specls/didPartiallyAccept", {"uri": 5, "acceptedLength": "many"})
         client.protocol.notify("specls/didShow", None)
+        # A handler that raises: closing a document that was never opened.
+        client.text_document_did_close(
+            types.DidCloseTextDocumentParams(types.TextDocumentIdentifier("file:///x.py"))
+        )
         # A backend exception during generation.
         session.open("file:///project/boom.py", "boom")
         assert texts(await asyncio.wait_for(session.inline("file:///project/boom.py"), 10)) == []
@@ -276,6 +280,7 @@ async def test_bad_input_is_answered_and_the_server_stays_up() -> None:
         assert any("scripted fault" in m for m in messages)
         assert any("out of sync" in m for m in messages)
         assert any("nowhere.py" in m for m in messages)
+        assert any(m.startswith("did_close failed: UnknownDocumentError") for m in messages)
         # After all of that, the document that was edited badly is intact and completes.
         assert await session.suggestion(URI) == GREET[1]
         stats = await session.stats()
