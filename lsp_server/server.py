@@ -101,6 +101,8 @@ class SpeclsServer(LanguageServer):
             on_completion=self.schedule_status,
         )
         self.progress_token: str | None = None
+        self.progress_count = 0
+        self.reload_task: asyncio.Future[None] | None = None  # held so the task is not collected mid-way
         self.accepted_ids: set[str] = set()
         self._last_status = 0.0
         self._status_pending = False
@@ -246,9 +248,16 @@ async def initialized(ls: SpeclsServer, params: types.InitializedParams) -> None
     ls.report_settings(ls.pending_report)
     ls.pending_report = SettingsReport()
     ls.scheduler.start(asyncio.get_running_loop())
+    await load_with_progress(ls)
+
+
+async def load_with_progress(ls: SpeclsServer) -> None:
+    """Start loading the backend in the background, with $/progress when the client supports it (the
+    progress ends in `on_backend_state`)."""
     window = ls.client_capabilities.window
-    if window is not None and window.work_done_progress:
-        token = "specls-load"
+    if window is not None and window.work_done_progress and ls.progress_token is None:
+        ls.progress_count += 1
+        token = f"specls-load-{ls.progress_count}"
         try:
             await asyncio.wait_for(ls.work_done_progress.create_async(token), timeout=5)
             ls.work_done_progress.begin(
@@ -276,7 +285,7 @@ def did_change_configuration(ls: SpeclsServer, params: types.DidChangeConfigurat
     ls.settings, report = ls.resolve_settings()
     ls.report_settings(report)
     if ls.settings.model_key() != previous.model_key():
-        ls.scheduler.load(ls.settings)
+        ls.reload_task = asyncio.ensure_future(load_with_progress(ls))
     else:
         ls.scheduler.update_settings(ls.settings)
 

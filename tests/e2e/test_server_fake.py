@@ -52,7 +52,7 @@ async def test_capabilities_progress_and_a_first_suggestion() -> None:
         assert texts(early) == []
 
         await session.wait_for_state("ready")
-        reports = session.client.progress_reports["specls-load"]
+        reports = session.client.progress_reports["specls-load-1"]
         assert [type(r).__name__ for r in reports] == ["WorkDoneProgressBegin", "WorkDoneProgressEnd"]
 
         result = await asyncio.wait_for(session.inline(URI), 10)
@@ -315,6 +315,25 @@ async def test_invalid_settings_fall_back_and_are_shown() -> None:
             types.DidChangeConfigurationParams({"specls": {**fake_options(COUNT), "maxNewTokens": 4}})
         )
         assert await session.suggestion(URI) == "0, 1"  # four fake tokens: "0" "," " " "1"
+    finally:
+        await stop_session(session)
+
+
+async def test_a_model_change_reloads_the_backend_with_progress() -> None:
+    session = await start_session(initialization_options=fake_options(("x = ", "1")))
+    try:
+        session.open(URI, "x = ")
+        assert await session.suggestion(URI) == "1"
+        session.client.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams({"specls": fake_options(("x = ", "2"))})
+        )
+        for _ in range(200):
+            reports = session.client.progress_reports.get("specls-load-2", [])
+            if len(reports) == 2:
+                break
+            await asyncio.sleep(0.05)
+        assert [type(r).__name__ for r in reports] == ["WorkDoneProgressBegin", "WorkDoneProgressEnd"]
+        assert await session.suggestion(URI) == "2"
     finally:
         await stop_session(session)
 
