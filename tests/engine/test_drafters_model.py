@@ -7,7 +7,7 @@ import random
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
 from engine.decoder import CausalDecoder
 from engine.drafters.model import ModelDrafter
@@ -36,7 +36,7 @@ def model() -> LlamaForCausalLM:
 class RecomputeDecoder:
     """Test-only `CausalDecoder`: no KV cache at all, every forward reruns the model over all tokens."""
 
-    def __init__(self, model: LlamaForCausalLM, max_length: int = 128) -> None:
+    def __init__(self, model: PreTrainedModel, max_length: int = 128) -> None:
         self.model = model
         self.vocab_size = VOCAB
         self.max_length = max_length
@@ -116,24 +116,38 @@ def test_sampled_draft_carries_the_warped_distributions_it_drew_from(model: Llam
     assert again.propose(context, 5).token_ids[:1] == draft.token_ids[:1]  # same seed, same first draw
 
 
-def make_cached_decoder(model: LlamaForCausalLM) -> CausalDecoder:
-    return make_decoder(model, 128)
+@pytest.fixture(scope="module")
+def gpt2() -> GPT2LMHeadModel:
+    torch.manual_seed(1)
+    config = GPT2Config(
+        vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=128, initializer_range=0.3
+    )
+    return GPT2LMHeadModel(config).eval().requires_grad_(False)
 
 
-@pytest.mark.parametrize("decoder_kind", ["recompute", "engine"])
+@pytest.mark.parametrize(
+    ("arch", "decoder_kind"), [("llama", "recompute"), ("llama", "engine"), ("gpt2", "engine")]
+)
 def test_cache_stays_consistent_through_rejections_and_new_prompts(
-    model: LlamaForCausalLM, decoder_kind: str
+    model: LlamaForCausalLM, gpt2: GPT2LMHeadModel, arch: str, decoder_kind: str
 ) -> None:
-    """Simulated rounds with random acceptance; the kept drafter must always draft what a fresh one drafts."""
+    """Simulated rounds with random acceptance; the kept drafter must always draft what a fresh one drafts.
+
+    "engine" runs the project's own cached decoders (`make_decoder`: the lean Llama path, the Hugging Face
+    cache path for GPT-2), whose crops really drop keys and values.
+    """
     rng = random.Random(1)
-    decoder = RecomputeDecoder(model) if decoder_kind == "recompute" else make_cached_decoder(model)
+    chosen: PreTrainedModel = gpt2 if arch == "gpt2" else model
+    decoder: CausalDecoder = (
+        RecomputeDecoder(chosen) if decoder_kind == "recompute" else make_decoder(chosen, 128)
+    )
     drafter = ModelDrafter(decoder, confidence_threshold=0.0)
     context = [rng.randrange(VOCAB) for _ in range(12)]
-    for round_index in range(14):
+    for round_index in range(10):
         if round_index % 5 == 4:  # the next keystroke: a new prompt sharing only part of the old one
             context = context[: rng.randrange(4, len(context))] + [rng.randrange(VOCAB) for _ in range(3)]
         draft = drafter.propose(context, rng.randrange(1, 6))
-        fresh = ModelDrafter(RecomputeDecoder(model), confidence_threshold=0.0).propose(
+        fresh = ModelDrafter(RecomputeDecoder(chosen), confidence_threshold=0.0).propose(
             context, len(draft.token_ids)
         )
         assert draft.token_ids == fresh.token_ids
