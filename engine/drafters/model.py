@@ -75,7 +75,7 @@ class ModelDrafter:
 
     @torch.inference_mode()
     def propose(self, context_ids: list[int], max_tokens: int) -> Draft:
-        k = min(max_tokens, self.max_tokens, self.decoder.max_length)
+        k = min(max_tokens, self.max_tokens, self.decoder.max_length // 2)  # leave room for context
         if k <= 0 or not context_ids:
             return Draft(token_ids=[], draft_probs=None, drafter=self.name)
         self._view_start = self._window_start(len(context_ids), k)
@@ -90,9 +90,11 @@ class ModelDrafter:
                 probs = warp_logits(logits, self.temperature, self.top_k, self.top_p)
                 token = int(torch.multinomial(probs, 1, generator=self.generator))
                 confidence = float(probs.max())
-            else:
+            elif self.confidence_threshold > 0.0:
                 top = torch.softmax(logits, dim=-1).max(dim=-1)
                 token, confidence = int(top.indices), float(top.values)
+            else:  # no stopping rule: the argmax alone is enough
+                token, confidence = int(logits.argmax()), 1.0
             if i >= self.min_tokens and confidence < self.confidence_threshold:
                 break
             tokens.append(token)

@@ -189,5 +189,8 @@ def test_no_room_or_no_context_gives_an_empty_draft(model: LlamaForCausalLM) -> 
     assert drafter.propose([1, 2, 3], 0).token_ids == []
     assert drafter.propose([], 4).token_ids == []
     drafter.observe([1, 2, 3], 0, 0)  # nothing was drafted: nothing to roll back, no error
+    tiny_window = RecomputeDecoder(model, max_length=8)
+    draft = ModelDrafter(tiny_window, confidence_threshold=0.0).propose(list(range(20)), 8)
+    assert len(draft.token_ids) == 4 and len(tiny_window.tokens) <= 8  # half the window at most
     with pytest.raises(ValueError):
         ModelDrafter(RecomputeDecoder(model), confidence_threshold=1.5)
