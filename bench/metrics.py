@@ -1,0 +1,90 @@
+"""Pure arithmetic for the benchmark reports: percentiles, speed-up theory, acceptance estimates.
+
+Theory (Leviathan et al. 2023, eq. 1 and Thm. 3.8): with per-token acceptance rate `alpha`, draft length
+`k` and draft step cost `c` (one draft step / one target step), one round yields on average
+(1 - alpha^(k+1)) / (1 - alpha) tokens and costs k*c + 1 target steps, so the expected speed-up is
+S = (1 - alpha^(k+1)) / ((1 - alpha) (k c + 1)). The paper assumes verifying k + 1 tokens costs one target
+step; on a CPU it does not, so `theoretical_speedup` also takes the measured verify cost `v` (in target
+steps) in place of that 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+
+def median(values: Sequence[float]) -> float | None:
+    ordered = sorted(v for v in values if not math.isnan(v))
+    if not ordered:
+        return None
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """The p-th percentile (0..100) by linear interpolation between closest ranks; None when empty."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    if not 0 <= p <= 100:
+        raise ValueError(f"percentile must be within 0..100, got {p}")
+    rank = (len(ordered) - 1) * p / 100
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def expected_tokens_per_round(alpha: float, k: float) -> float:
+    """Tokens one round yields (accepted drafts + the target's own token) at acceptance rate alpha."""
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"alpha must be within 0..1, got {alpha}")
+    if alpha == 1:
+        return k + 1
+    return (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+def theoretical_speedup(alpha: float, k: float, c: float, verify_cost: float = 1.0) -> float:
+    """S = (1 - alpha^(k+1)) / ((1 - alpha) (k c + v)); v = 1 is the paper's formula."""
+    return expected_tokens_per_round(alpha, k) / (k * c + verify_cost)
+
+
+def alpha_from_rounds(tokens_per_round: float, k: float) -> float:
+    """The acceptance rate alpha whose expected yield at draft length k equals the observed tokens per round.
+
+    Inverts `expected_tokens_per_round` by bisection (it increases with alpha); an observed yield at or
+    above k + 1 gives 1, at or below 1 gives 0.
+    """
+    if k <= 0 or tokens_per_round <= 1:
+        return 0.0
+    if tokens_per_round >= k + 1:
+        return 1.0
+    low, high = 0.0, 1.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        if expected_tokens_per_round(mid, k) < tokens_per_round:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
+def first_difference(reference: Sequence[int], other: Sequence[int]) -> int | None:
+    """Index of the first token where two outputs differ (a length difference counts); None if identical."""
+    for index, (a, b) in enumerate(zip(reference, other, strict=False)):
+        if a != b:
+            return index
+    return None if len(reference) == len(other) else min(len(reference), len(other))
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    def cell(value: object) -> str:
+        if value is None:
+            return "-"
+        if isinstance(value, float):
+            return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+        return str(value)
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines.extend("| " + " | ".join(cell(value) for value in row) + " |" for row in rows)
+    return "\n".join(lines) + "\n"

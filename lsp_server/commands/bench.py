@@ -1,0 +1,116 @@
+"""`specls bench`: throughput against peers, syntax draft lengths, keystroke latency (see bench/README.md).
+
+The benchmarks live in the `bench/` folder of a source checkout; run this from the repository root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", help="target model: a local folder or hub id (default: bundled)")
+    parser.add_argument("--draft", help="draft model: a local folder or hub id (default: bundled)")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, ... (default: auto)")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: up to 8)")
+    parser.add_argument("--out", type=Path, default=Path("bench/results"), help="results folder")
+    parser.add_argument("--tag", help="results file name tag (default: the device type)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _draft_policy(text: str) -> str:
+    if text in ("syntax", "adaptive") or (text.isdigit() and int(text) >= 1):
+        return text
+    raise argparse.ArgumentTypeError(f"expected syntax, adaptive or a positive integer, got {text!r}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="benchmark", required=True)
+
+    throughput = sub.add_parser("throughput", help="tokens/s of every method on held-out prompts")
+    throughput.add_argument("--prompts", type=_positive, default=8, help="held-out prompts (default: 8)")
+    throughput.add_argument("--max-new-tokens", type=_positive, default=128, help="per prompt (default: 128)")
+    throughput.add_argument("--repeats", type=_positive, default=1, help="runs per prompt and method")
+    throughput.add_argument(
+        "--methods",
+        help="comma-separated subset of: autoregressive, speculative-model, speculative-lookup, "
+        "speculative-suffix, speculative-hybrid, hf-greedy, hf-assisted, hf-prompt-lookup (default: all)",
+    )
+    throughput.add_argument(
+        "--draft-policy",
+        type=_draft_policy,
+        default="syntax",
+        help="syntax (the server's), adaptive (the engine's default) or a fixed length (default: syntax)",
+    )
+    throughput.add_argument(
+        "--stop-at-eos", action="store_true", help="stop at end-of-text (default: ignore)"
+    )
+    _model_arguments(throughput)
+
+
+def _results_tag(args: argparse.Namespace) -> str:
+    if args.tag:
+        return str(args.tag)
+    return "cuda" if str(args.device).startswith("cuda") else "cpu"
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import bench  # noqa: F401 - only present in a source checkout
+    except ModuleNotFoundError:
+        print(
+            "specls bench: the bench/ folder was not found; run it from the repository root", file=sys.stderr
+        )
+        return 2
+    from engine.models import ModelLoadError
+
+    try:
+        if args.benchmark == "throughput":
+            return _throughput(args)
+    except ModelLoadError as exc:
+        print(f"specls bench: {exc}", file=sys.stderr)
+        return 1
+    raise AssertionError(f"unknown benchmark {args.benchmark}")
+
+
+def _throughput(args: argparse.Namespace) -> int:
+    from bench.throughput import METHODS, ThroughputConfig, run_throughput, write_report
+
+    methods = METHODS
+    if args.methods:
+        methods = tuple(name.strip() for name in args.methods.split(",") if name.strip())
+        unknown = [name for name in methods if name not in METHODS]
+        if unknown:
+            print(
+                f"specls bench: unknown methods {unknown}; choose from {', '.join(METHODS)}", file=sys.stderr
+            )
+            return 2
+        if "autoregressive" not in methods:
+            methods = ("autoregressive", *methods)  # every ratio is measured against it
+    config = ThroughputConfig(
+        prompts=args.prompts,
+        max_new_tokens=args.max_new_tokens,
+        target=args.target,
+        draft=args.draft,
+        device=args.device,
+        threads=args.threads,
+        repeats=args.repeats,
+        methods=methods,
+        draft_policy=args.draft_policy,
+        stop_at_eos=args.stop_at_eos,
+        out=args.out,
+        tag=_results_tag(args),
+    )
+    result = run_throughput(config, progress=not args.quiet)
+    for path in write_report(result, config.out, config.tag):
+        print(path)
+    return 0
