@@ -6,6 +6,7 @@ import json
 import platform
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,7 +24,7 @@ def _folder_bytes(folder: Path) -> int:
 
 def evaluate_pair(
     result: TrainResult, preset: TrainPreset, train_files: list[SourceFile], progress: bool = True
-) -> dict[str, object]:
+) -> dict[str, Any]:
     tokenizer = Tokenizer.from_file(str(result.target_dir / "tokenizer.json"))
     target = LlamaForCausalLM.from_pretrained(result.target_dir, dtype=torch.float32).eval()
     draft = LlamaForCausalLM.from_pretrained(result.draft_dir, dtype=torch.float32).eval()
@@ -67,12 +68,12 @@ def evaluate_pair(
     }
 
 
-def write_model_card(out_dir: Path, metrics: dict[str, object], preset: TrainPreset, command: str) -> Path:
+def write_model_card(out_dir: Path, metrics: dict[str, Any], preset: TrainPreset, command: str) -> Path:
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     m = metrics
     samples = "\n\n".join(
         f"Prompt (tail):\n```python\n{s['prompt_tail']}\n```\nGreedy continuation:\n```python\n{s['completion']}\n```"
-        for s in m["samples"]  # type: ignore[union-attr]
+        for s in m["samples"]
     )
     card = f"""# specls bundled model pair ({preset.name} preset)
 

@@ -44,7 +44,7 @@ class SequenceSampler:
         self.weights = np.array([len(f.text) for f in files], dtype=np.float64)
         self.weights /= self.weights.sum()
         self.special = {
-            t: tokenizer.token_to_id(t) for t in (EOS, FILE_SEP, FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)
+            t: special_id(tokenizer, t) for t in (EOS, FILE_SEP, FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)
         }
 
     def _encode(self, text: str) -> list[int]:

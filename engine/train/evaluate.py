@@ -13,7 +13,7 @@ from tokenizers import Tokenizer
 from transformers import PreTrainedModel
 
 from engine.train.corpus import SourceFile
-from engine.train.tokenizer import EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
+from engine.train.tokenizer import EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, special_id
 
 
 def held_out_windows(
@@ -137,14 +137,17 @@ def fim_exact_match(
     """Share of masked lines the target reproduces exactly (SPM prompt, greedy, up to end of text or newline)."""
     if not cases:
         return float("nan")
-    ids_of = tokenizer.token_to_id
+
+    def ids_of(token: str) -> int:
+        return special_id(tokenizer, token)
+
     eos = ids_of(EOS)
     hits = 0
     for case in cases:
         prompt = [ids_of(FIM_SUFFIX), *tokenizer.encode(case.suffix).ids, ids_of(FIM_PREFIX)]
         prompt += [*tokenizer.encode(case.prefix).ids, ids_of(FIM_MIDDLE)]
         window = model.config.max_position_embeddings - max_new_tokens
-        output = model.generate(
+        output = model.generate(  # type: ignore[operator]
             torch.tensor([prompt[-window:]]),
             max_new_tokens=max_new_tokens,
             do_sample=False,
@@ -170,7 +173,7 @@ def sample_completions(
         cut = source.text.find("\ndef ")
         prompt_text = source.text[: (cut if cut > 0 else len(source.text) // 2) + 1][-800:]
         ids = tokenizer.encode(prompt_text).ids
-        output = model.generate(
+        output = model.generate(  # type: ignore[operator]
             torch.tensor([ids]),
             max_new_tokens=max_new_tokens,
             do_sample=False,

@@ -21,7 +21,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from engine.train.corpus import SourceFile, iter_source_files, split_corpus, stdlib_root
 from engine.train.data import SequenceSampler
-from engine.train.tokenizer import EOS, train_code_tokenizer
+from engine.train.tokenizer import EOS, special_id, train_code_tokenizer
 
 
 @dataclass(frozen=True)
@@ -224,7 +224,7 @@ def save_pretrained_pair(
     model: LlamaForCausalLM, tokenizer: Tokenizer, out_dir: Path, tokenizer_config: dict[str, object]
 ) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    model.to(torch.bfloat16).save_pretrained(out_dir)  # 16-bit on disk; loaders upcast on CPU
+    model.to(torch.bfloat16).save_pretrained(out_dir)  # type: ignore[arg-type]  # 16-bit on disk; loaders upcast on CPU
     model.float()
     tokenizer.save(str(out_dir / "tokenizer.json"))
     (out_dir / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
@@ -270,7 +270,7 @@ def run_training(
         tokenizer = train_code_tokenizer((f.text for f in train_files), preset.vocab_size)
         tokenizer.save(str(tokenizer_path))
     tokenizer_seconds = time.perf_counter() - started
-    eos_id = tokenizer.token_to_id(EOS)
+    eos_id = special_id(tokenizer, EOS)
     vocab_size = tokenizer.get_vocab_size()
     sampler = SequenceSampler(train_files, tokenizer, preset.seq_len)
 

@@ -31,6 +31,14 @@ def train_code_tokenizer(texts: Iterable[str], vocab_size: int = 8192) -> Tokeni
     return tokenizer
 
 
+def special_id(tokenizer: Tokenizer, token: str) -> int:
+    """The id of a special token, or a clear error for a tokenizer that lacks it."""
+    token_id = tokenizer.token_to_id(token)
+    if token_id is None:
+        raise ValueError(f"tokenizer has no {token} token; it was not trained by specls")
+    return token_id
+
+
 def tokenizer_config(model_max_length: int) -> dict[str, object]:
     """The tokenizer_config.json that lets transformers' AutoTokenizer load the tokenizer.json."""
     return {
