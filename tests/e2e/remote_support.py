@@ -13,6 +13,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUNDLED_TARGET = REPO_ROOT / "engine" / "bundled" / "target"
@@ -76,8 +77,33 @@ def build_tiny_llama(folder: Path) -> Path:
         eos_token_id=0,
         pad_token_id=0,
     )
-    LlamaForCausalLM(config).save_pretrained(folder)
+    model = LlamaForCausalLM(config)
+    ban_tokens_that_are_not_text(model, tokenizer)
+    model.save_pretrained(folder)
     return folder
+
+
+def ban_tokens_that_are_not_text(model: Any, tokenizer: Any) -> None:
+    """Keep a random model from emitting byte tokens that are not UTF-8 on their own, or control characters.
+
+    Such byte soup is rendered differently by each runtime, which would make text comparisons meaningless.
+    Llama has no output bias, so we build one: residual channel 0 carries a constant (set in every
+    embedding, never written by attention or MLP), and the lm_head's weight on that channel pushes the
+    banned tokens' logits far down.
+    """
+    import torch
+
+    def is_text(token_id: int) -> bool:
+        text = tokenizer.decode([token_id], skip_special_tokens=False)
+        return "\ufffd" not in text and all(ch in "\n\t" or ch >= " " for ch in text)
+
+    with torch.no_grad():
+        model.model.embed_tokens.weight[:, 0] = 0.5
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight[0, :] = 0.0
+            layer.mlp.down_proj.weight[0, :] = 0.0
+        for token_id in range(model.lm_head.weight.shape[0]):
+            model.lm_head.weight[token_id, 0] = 0.0 if is_text(token_id) else -100.0
 
 
 def free_port() -> int:

@@ -14,6 +14,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from remote_support import (
@@ -82,22 +83,18 @@ def metric(url: str, name: str) -> float:
     return float(match.group(1))
 
 
-def hf_greedy(hf_dir: Path, prompt: str, max_new_tokens: int) -> str:
-    """The reference: greedy decoding of the same weights in PyTorch (what lossless speculation equals)."""
+@pytest.fixture(scope="module")
+def local_engine(served_model: ServedModel) -> Iterator[Any]:
+    """The in-process engine on the same weights (the bundled draft, or the tiny model drafting for itself)."""
     import torch
-    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    from engine.service import LocalEngine
 
     torch.set_num_threads(1)
-    tokenizer = AutoTokenizer.from_pretrained(hf_dir)
-    model = LlamaForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
-    ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
-    eos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
-    with torch.no_grad():
-        out = model.generate(
-            ids, max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eos, pad_token_id=eos
-        )
-    new = [t for t in out[0, ids.shape[1] :].tolist() if t != eos]
-    return str(tokenizer.decode(new, skip_special_tokens=True, clean_up_tokenization_spaces=False))
+    draft = None if served_model.hf_dir == BUNDLED_TARGET else str(served_model.hf_dir)
+    engine = LocalEngine(target=str(served_model.hf_dir), draft=draft, device="cpu")
+    yield engine
+    engine.close()
 
 
 def test_gguf_tokenizer_matches_the_hf_tokenizer(
@@ -128,20 +125,31 @@ def test_info_discovers_the_bundled_fim_tokens(llama_server: LlamaServer) -> Non
     assert info.context_length == 512 and info.target == ALIAS
 
 
-def test_short_greedy_outputs_match_the_pytorch_engine(
-    llama_server: LlamaServer, served_model: ServedModel
-) -> None:
+GREEDY_PROMPTS = [
+    "<|sp_fim_suffix|>\n<|sp_fim_prefix|>def mean(values):\n    return<|sp_fim_middle|>",
+    "<|sp_fim_suffix|>    return result\n"
+    "<|sp_fim_prefix|>def parse(path):\n    with open(path) as f:\n<|sp_fim_middle|>",
+    "<|sp_fim_suffix|>\n\n<|sp_fim_prefix|>import os\n\n\nclass Config:\n    def __init__(self<|sp_fim_middle|>",
+    "import os\n\nclass Config:\n    def __init__(self",
+    "for index, item in enumerate(",
+    "def test_",
+]
+
+
+def test_short_greedy_outputs_match_the_local_engine(llama_server: LlamaServer, local_engine: Any) -> None:
     backend = backend_for(llama_server.url)
-    prompts = [
-        "<|sp_fim_suffix|>\n<|sp_fim_prefix|>def mean(values):\n    return<|sp_fim_middle|>",
-        "<|sp_fim_suffix|>    return result\n"
-        "<|sp_fim_prefix|>def parse(path):\n    with open(path) as f:\n<|sp_fim_middle|>",
-        "import os\n\nclass Config:\n    def __init__(self",
-    ]
-    for prompt in prompts:
+    compared = 0
+    for prompt in GREEDY_PROMPTS:
+        local = local_engine.complete(CompletionRequest(prompt=prompt, max_new_tokens=12))
+        if "\ufffd" in local.text:
+            # An untrained model may emit byte tokens that are not UTF-8 on their own; the two sides render
+            # such byte soup differently, so only real text is compared.
+            continue
         remote = backend.complete(CompletionRequest(prompt=prompt, max_new_tokens=12))
-        assert remote.finish_reason in ("eos", "length")
-        assert remote.text == hf_greedy(served_model.hf_dir, prompt, 12), prompt
+        assert remote.finish_reason == local.finish_reason
+        assert remote.text == local.text, prompt
+        compared += 1
+    assert compared >= 3, "too few prompts gave comparable text"
 
 
 def test_cancel_closes_the_stream_and_the_server_stops_generating(llama_server: LlamaServer) -> None:
