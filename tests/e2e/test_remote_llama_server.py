@@ -85,7 +85,7 @@ def metric(url: str, name: str) -> float:
 
 @pytest.fixture(scope="module")
 def local_engine(served_model: ServedModel) -> Iterator[Any]:
-    """The in-process engine on the same weights (the bundled draft, or the tiny model drafting for itself)."""
+    """The in-process engine on the same weights (the bundled draft, or the tiny model as its own draft)."""
     import torch
 
     from engine.service import LocalEngine
@@ -129,7 +129,8 @@ GREEDY_PROMPTS = [
     "<|sp_fim_suffix|>\n<|sp_fim_prefix|>def mean(values):\n    return<|sp_fim_middle|>",
     "<|sp_fim_suffix|>    return result\n"
     "<|sp_fim_prefix|>def parse(path):\n    with open(path) as f:\n<|sp_fim_middle|>",
-    "<|sp_fim_suffix|>\n\n<|sp_fim_prefix|>import os\n\n\nclass Config:\n    def __init__(self<|sp_fim_middle|>",
+    "<|sp_fim_suffix|>\n\n<|sp_fim_prefix|>import os\n\n\nclass Config:\n"
+    "    def __init__(self<|sp_fim_middle|>",
     "import os\n\nclass Config:\n    def __init__(self",
     "for index, item in enumerate(",
     "def test_",
