@@ -76,9 +76,10 @@ local function main()
   type_keys({ 'o' }, 20)
   type_keys(chars(env.SPECLS_E2E_TYPE), tonumber(env.SPECLS_E2E_KEY_DELAY_MS or '30'))
   result.mode_after_typing = vim.api.nvim_get_mode().mode
+  -- The model is loaded by now: a suggestion that takes longer than this is not coming.
   wait_for('ghost text', function()
     return specls.ghost_text(bufnr) ~= nil
-  end, timeout)
+  end, tonumber(env.SPECLS_E2E_GHOST_TIMEOUT_MS or '30000'))
   result.ghost = specls.ghost_text(bufnr)
   result.cursor_before_accept = vim.api.nvim_win_get_cursor(0)
   result.line_before_accept = vim.api.nvim_get_current_line()

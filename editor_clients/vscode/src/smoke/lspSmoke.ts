@@ -61,9 +61,16 @@ function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<
 }
 
 async function session(connection: MessageConnection, options: Options): Promise<Record<string, unknown>> {
-  const statuses: unknown[] = [];
+  const statuses: { state?: string }[] = [];
   const messages: unknown[] = [];
-  connection.onNotification("specls/status", (params) => void statuses.push(params));
+  let settled: (() => void) | undefined;
+  const loaded = new Promise<void>((resolve) => (settled = resolve));
+  connection.onNotification("specls/status", (params: { state?: string }) => {
+    statuses.push(params);
+    if (params.state === "ready" || params.state === "error") {
+      settled?.(); // the model finished loading (a request before that is answered empty)
+    }
+  });
   connection.onNotification("window/showMessage", (params) => void messages.push(params));
   connection.onNotification("window/logMessage", () => undefined);
   connection.onRequest("workspace/configuration", () => []);
@@ -86,6 +93,7 @@ async function session(connection: MessageConnection, options: Options): Promise
     initializationOptions: options.initOptions,
   });
   await connection.sendNotification("initialized", {});
+  await loaded;
 
   const uri = "file:///smoke/example.py";
   await connection.sendNotification("textDocument/didOpen", {
