@@ -1,0 +1,155 @@
+"""`specls demo`: replay typing a file through the real server (`specls serve` over stdio, an LSP client on
+this side) and show the ghost text, latencies and speculation statistics live; a summary at the end."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "pantry.py"
+LANGUAGE_IDS = {
+    ".py": "python",
+    ".pyi": "python",
+    ".js": "javascript",
+    ".jsx": "javascriptreact",
+    ".ts": "typescript",
+    ".tsx": "typescriptreact",
+    ".go": "go",
+    ".rs": "rust",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--file", help="the file to replay (default: a sample Python file shipped with specls)"
+    )
+    parser.add_argument(
+        "--speed",
+        default="20",
+        help="typing cadence: characters per second (20, 20cps) or ms per char (50ms)",
+    )
+    parser.add_argument(
+        "--plain",
+        "--lines",
+        dest="plain",
+        action="store_true",
+        help="line output instead of the live view (automatic when stdout is not a terminal)",
+    )
+    parser.add_argument("--max-keystrokes", type=int, help="stop typing after this many key presses")
+    parser.add_argument(
+        "--speedup-samples",
+        type=int,
+        default=6,
+        help="prompts decoded plainly and speculatively after the replay to measure the speed-up (0: skip)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the typing rhythm")
+    parser.add_argument("--summary-json", help="also write the summary to this file as JSON")
+    parser.add_argument(
+        "--load-timeout", type=float, default=600, help="seconds to wait for the model to load"
+    )
+    model = parser.add_argument_group("server (passed to `specls serve`)")
+    model.add_argument("--backend", choices=("local", "openai", "fake"), default="local")
+    model.add_argument("--target", help="target model: a local folder or hub id (default: bundled)")
+    model.add_argument("--draft", help="draft model: a local folder or hub id (default: bundled)")
+    model.add_argument("--device", help="auto, cpu, cuda, ... (default: auto)")
+    model.add_argument("--endpoint", help="OpenAI-compatible base URL (with --backend openai)")
+    model.add_argument("--model", dest="remote_model", help="model name at the endpoint")
+
+
+def server_args(args: argparse.Namespace) -> list[str]:
+    flags = [("--backend", args.backend), ("--target", args.target), ("--draft", args.draft)]
+    flags += [("--device", args.device), ("--endpoint", args.endpoint), ("--model", args.remote_model)]
+    return [part for flag, value in flags if value is not None for part in (flag, value)]
+
+
+def run(args: argparse.Namespace) -> int:
+    from lsp_server.demo.client import ServerError
+    from lsp_server.demo.keystrokes import parse_speed
+
+    path = Path(args.file) if args.file else SAMPLE
+    try:
+        source = path.read_text(encoding="utf-8")
+        ms_per_char = parse_speed(args.speed)
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"specls demo: cannot read {path}: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"specls demo: {exc}", file=sys.stderr)
+        return 2
+    if not source.strip():
+        print(f"specls demo: {path} is empty; nothing to type", file=sys.stderr)
+        return 2
+    if args.max_keystrokes is not None and args.max_keystrokes < 1:
+        print("specls demo: --max-keystrokes must be at least 1", file=sys.stderr)
+        return 2
+    plain = args.plain or not sys.stdout.isatty()
+    try:
+        summary = asyncio.run(_demo(args, path, source.replace("\r\n", "\n"), ms_per_char, plain))
+    except ServerError as exc:
+        print(
+            f"\nspecls demo: {exc}\n  `specls doctor` checks the model pair and the environment.",
+            file=sys.stderr,
+        )
+        return 2
+    except KeyboardInterrupt:
+        print("\nspecls demo: interrupted", file=sys.stderr)
+        return 130
+    if args.summary_json:
+        Path(args.summary_json).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return 1 if summary["errors"] else 0
+
+
+async def _demo(
+    args: argparse.Namespace, path: Path, source: str, ms_per_char: float, plain: bool
+) -> dict[str, Any]:
+    from lsp_server.demo.client import ServerSession
+    from lsp_server.demo.keystrokes import Cadence
+    from lsp_server.demo.replay import LiveStats, Replay, measure_speedup, pick_offsets
+    from lsp_server.demo.summary import build_summary, format_summary
+    from lsp_server.demo.view import LineView, LiveView
+
+    out = sys.stdout
+    language_id = LANGUAGE_IDS.get(path.suffix.lower(), "plaintext")
+    session = ServerSession()
+    try:
+        out.write(f"specls demo: starting `specls serve {' '.join(server_args(args))}` ...\n")
+        out.flush()
+        await session.start(server_args(args))
+        ready = await session.wait_ready(args.load_timeout)
+        out.write(f"{ready.get('message')}\n")
+        replay_uri = f"file:///specls-demo/{path.name}"
+        view = LineView(out) if plain else LiveView(out)
+        replay = Replay(
+            session,
+            source,
+            replay_uri,
+            language_id,
+            Cadence(ms_per_char),
+            view,
+            max_keystrokes=args.max_keystrokes,
+            seed=args.seed,
+        )
+        out.write(
+            f"typing {path.name}: {len(replay.keys)} key presses at {1000 / ms_per_char:.0f} chars/s; "
+            "grey text is the suggestion at the cursor\n\n"
+        )
+        events = await replay.run()
+        view.finish()
+        speedup = None
+        if args.speedup_samples > 0 and args.backend == "local":
+            offsets = pick_offsets(events, args.speedup_samples)
+            out.write(
+                f"\nmeasuring the speed-up on {len(offsets)} of the prompts above (plain vs speculative) ...\n"
+            )
+            out.flush()
+            speedup = await measure_speedup(session, source, offsets, language_id, path.name)
+        summary = build_summary(events, LiveStats.from_server(replay.last_stats), speedup)
+        out.write("\n" + "\n".join(format_summary(summary)) + "\n")
+        out.flush()
+        return summary
+    finally:
+        await session.stop()

@@ -1,0 +1,186 @@
+"""`specls serve` as a subprocess over stdio, driven by pygls' LSP client: what an editor does, scripted.
+
+Used by `specls demo` (many keystrokes) and `specls doctor` (one completion). Positions are UTF-16 code
+units, the LSP default, so any file can be replayed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from lsprotocol import types
+from pygls.lsp.client import LanguageClient
+
+from lsp_server.demo.keystrokes import position_of
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+class ServerError(RuntimeError):
+    """The server did not start, failed to load its model, or stopped answering."""
+
+
+def to_plain(value: Any) -> Any:
+    """pygls hands untyped results (custom requests) over as namedtuples: turn them into dicts and lists."""
+    if hasattr(value, "_asdict"):
+        return {key: to_plain(item) for key, item in value._asdict().items()}
+    if isinstance(value, Mapping):
+        return {key: to_plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_plain(item) for item in value]
+    return value
+
+
+def serve_command(server_args: Sequence[str]) -> list[str]:
+    return [sys.executable, "-m", "lsp_server.cli", "serve", *server_args]
+
+
+class ServerSession:
+    """One running server and the client connected to it; documents are tracked as full text."""
+
+    def __init__(self) -> None:
+        self.client = LanguageClient("specls-demo", "0.1.0")
+        self.statuses: list[dict[str, Any]] = []
+        self.messages: collections.deque[str] = collections.deque(maxlen=20)
+        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=40)
+        self.texts: dict[str, str] = {}
+        self.versions: dict[str, int] = {}
+        self.settings: dict[str, Any] = {}  # what configure() has sent so far
+        self._stderr_task: asyncio.Task[None] | None = None
+
+        @self.client.feature("specls/status")
+        def on_status(params: Any) -> None:
+            self.statuses.append(to_plain(params))
+
+        @self.client.feature(types.WINDOW_SHOW_MESSAGE)
+        def on_show_message(params: types.ShowMessageParams) -> None:
+            self.messages.append(params.message)
+
+        @self.client.feature(types.WINDOW_LOG_MESSAGE)
+        def on_log_message(params: types.LogMessageParams) -> None:
+            if params.type in (types.MessageType.Error, types.MessageType.Warning):
+                self.messages.append(params.message)
+
+    # --- lifecycle ---
+
+    async def start(self, server_args: Sequence[str], timeout_s: float = 60.0) -> None:
+        env = dict(os.environ)
+        # Run this checkout's server even when specls is not installed into the interpreter.
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+        command = serve_command(server_args)
+        await self.client.start_io(command[0], *command[1:], env=env)
+        process = self.client._server
+        if process is not None and process.stderr is not None:  # drain it, or a chatty server blocks
+            self._stderr_task = asyncio.create_task(self._drain(process.stderr))
+        capabilities = types.ClientCapabilities(
+            general=types.GeneralClientCapabilities(position_encodings=[types.PositionEncodingKind.Utf16]),
+        )
+        try:
+            await asyncio.wait_for(
+                self.client.initialize_async(types.InitializeParams(capabilities=capabilities)), timeout_s
+            )
+        except (TimeoutError, RuntimeError) as exc:
+            raise ServerError(f"the server did not answer initialize: {exc}{self.stderr_note()}") from exc
+        self.client.initialized(types.InitializedParams())
+
+    async def wait_ready(self, timeout_s: float) -> dict[str, Any]:
+        """Wait for the model to load; raise ServerError with the server's own message when it fails."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for status in self.statuses:
+                if status.get("state") == "ready":
+                    return status
+                if status.get("state") == "error":
+                    raise ServerError(str(status.get("message")))
+            if self.client._server is not None and self.client._server.returncode is not None:
+                raise ServerError(f"the server exited{self.stderr_note()}")
+            await asyncio.sleep(0.05)
+        raise ServerError(f"the model did not load within {timeout_s:.0f} s{self.stderr_note()}")
+
+    async def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.client.shutdown_async(None), 10)
+            self.client.exit(None)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.client.stop(), 10)
+        process = self.client._server
+        if process is not None and process.returncode is None:
+            process.kill()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(process.wait(), 5)
+        if self._stderr_task is not None:
+            self._stderr_task.cancel()
+
+    async def _drain(self, stream: asyncio.StreamReader) -> None:
+        while line := await stream.readline():
+            self.stderr_tail.append(line.decode("utf-8", errors="replace").rstrip())
+
+    def stderr_note(self) -> str:
+        lines = [line for line in self.stderr_tail if line.strip()][-5:]
+        return ("; server stderr:\n  " + "\n  ".join(lines)) if lines else ""
+
+    # --- documents ---
+
+    def open(self, uri: str, text: str, language_id: str) -> None:
+        self.texts[uri], self.versions[uri] = text, 1
+        self.client.text_document_did_open(
+            types.DidOpenTextDocumentParams(types.TextDocumentItem(uri, language_id, 1, text))
+        )
+
+    def insert(self, uri: str, offset: int, chars: str) -> None:
+        """Insert `chars` at `offset` as one incremental edit, as an editor sends a key press."""
+        text = self.texts[uri]
+        line, character = position_of(text, offset)
+        at = types.Position(line, character)
+        self.texts[uri] = text[:offset] + chars + text[offset:]
+        self.versions[uri] += 1
+        self.client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                types.VersionedTextDocumentIdentifier(self.versions[uri], uri),
+                [types.TextDocumentContentChangePartial(types.Range(at, at), chars)],
+            )
+        )
+
+    def close(self, uri: str) -> None:
+        self.texts.pop(uri, None)
+        self.versions.pop(uri, None)
+        self.client.text_document_did_close(
+            types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri))
+        )
+
+    # --- requests ---
+
+    async def inline_completion(self, uri: str, offset: int) -> str:
+        """The ghost text the server suggests at `offset` ("" for an empty answer)."""
+        line, character = position_of(self.texts[uri], offset)
+        params = types.InlineCompletionParams(
+            context=types.InlineCompletionContext(types.InlineCompletionTriggerKind.Automatic),
+            text_document=types.TextDocumentIdentifier(uri),
+            position=types.Position(line, character),
+        )
+        result = await self.client.text_document_inline_completion_async(params)
+        if isinstance(result, types.InlineCompletionList) and result.items:
+            text = result.items[0].insert_text
+            return text if isinstance(text, str) else text.value
+        return ""
+
+    async def stats(self) -> dict[str, Any]:
+        result = await self.client.protocol.send_request_async("specls/stats", {})
+        plain = to_plain(result)
+        return plain if isinstance(plain, dict) else {}
+
+    def configure(self, **settings: Any) -> None:
+        """Change settings the way an editor does (no reload unless a model setting changes). The server
+        replaces its editor settings with each message, so every setting sent so far is sent again."""
+        self.settings.update(settings)
+        self.client.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams({"specls": dict(self.settings)})
+        )

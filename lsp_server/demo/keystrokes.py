@@ -1,0 +1,109 @@
+"""Pure pieces of the demo: how a person types, and how to score what the server suggested meanwhile."""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+MatchKind = Literal["full", "line", "partial", "miss"]
+_SPEED = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(cps|ms)?\s*$", re.IGNORECASE)
+
+
+def parse_speed(text: str) -> float:
+    """Milliseconds per character from "15" or "15cps" (characters per second) or "80ms" (per character)."""
+    match = _SPEED.match(text)
+    if match is None:
+        raise ValueError(f"speed {text!r}: expected characters per second (15, 15cps) or ms per char (80ms)")
+    value, unit = float(match.group(1)), (match.group(2) or "cps").lower()
+    if value <= 0:
+        raise ValueError(f"speed {text!r} must be positive")
+    return value if unit == "ms" else 1000.0 / value
+
+
+@dataclass(frozen=True)
+class Cadence:
+    """A typist: a mean pace, some irregularity, and longer pauses where people stop to think."""
+
+    ms_per_char: float
+    jitter: float = 0.35  # each gap varies uniformly by this fraction of the pace
+    line_pause: float = 4.0  # after Enter, in units of the pace
+    symbol_pause: float = 1.5  # after ( [ { : , =
+
+    def delay_s(self, keystroke: str, rng: random.Random) -> float:
+        """Seconds to wait before typing `keystroke`."""
+        factor = 1.0 + rng.uniform(-self.jitter, self.jitter)
+        if keystroke.startswith("\n"):
+            factor += self.line_pause
+        elif keystroke in "([{:,=":
+            factor += self.symbol_pause
+        return max(0.0, self.ms_per_char * factor / 1000.0)
+
+
+def plan_keystrokes(source: str) -> list[str]:
+    """Split `source` into what one key press inserts. Enter also brings the next line's indentation (editors
+    auto-indent); every other character is its own key press. Joining the result gives `source` back."""
+    keys: list[str] = []
+    index = 0
+    while index < len(source):
+        char = source[index]
+        if char == "\n":
+            end = index + 1
+            while end < len(source) and source[end] in " \t":
+                end += 1
+            keys.append(source[index:end])
+            index = end
+        else:
+            keys.append(char)
+            index += 1
+    return keys
+
+
+def matched_chars(suggestion: str, upcoming: str) -> int:
+    """How many leading characters of `suggestion` the user went on to type."""
+    count = 0
+    for suggested, typed in zip(suggestion, upcoming, strict=False):
+        if suggested != typed:
+            break
+        count += 1
+    return count
+
+
+def classify_match(suggestion: str, upcoming: str) -> MatchKind:
+    """full: everything suggested was typed next; line: its first line was; partial: a start of it; miss."""
+    matched = matched_chars(suggestion, upcoming)
+    if matched == len(suggestion):
+        return "full"
+    first_line = suggestion.split("\n", 1)[0]
+    if first_line.strip() and "\n" in suggestion and matched >= len(first_line):
+        return "line"
+    return "partial" if matched > 0 else "miss"
+
+
+def percentile(values: Sequence[float], fraction: float) -> float | None:
+    """Nearest-rank percentile (fraction in [0, 1]); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), math.ceil(fraction * len(ordered) - 1e-9)))
+    return ordered[rank - 1]
+
+
+def position_of(text: str, offset: int) -> tuple[int, int]:
+    """LSP (line, character) of `offset` in `text`, with characters counted in UTF-16 code units."""
+    before = text[:offset]
+    line = before.count("\n")
+    line_start = before.rfind("\n") + 1
+    return line, len(before[line_start:].encode("utf-16-le")) // 2
+
+
+def ratio(numerator: float, denominator: float) -> float | None:
+    return numerator / denominator if denominator else None
+
+
+def tokens_per_target_forward(accepted: int, target_forwards: int) -> float | None:
+    """Every verify forward yields the drafts it accepted plus one token of its own."""
+    return ratio(accepted + target_forwards, target_forwards)

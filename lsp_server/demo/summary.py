@@ -1,0 +1,103 @@
+"""The numbers at the end of a demo, as one JSON-ready dict, and their text form."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from lsp_server.demo.keystrokes import percentile, ratio
+from lsp_server.demo.replay import KeyEvent, LiveStats, Speedup
+
+
+def _round(value: float | None, digits: int = 2) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def build_summary(events: Sequence[KeyEvent], server: LiveStats, speedup: Speedup | None) -> dict[str, Any]:
+    answered = [event for event in events if event.latency_ms is not None and event.error is None]
+    latencies = [event.latency_ms for event in answered if event.latency_ms is not None]
+    with_text = [event for event in answered if event.suggestion]
+    suggestion_latencies = [event.latency_ms for event in with_text if event.latency_ms is not None]
+    matches = Counter(event.match for event in with_text)
+    summary: dict[str, Any] = {
+        "keystrokes": len(events),
+        "answered": len(answered),
+        "errors": sum(event.error is not None for event in events),
+        "suggestions": len(with_text),
+        "superseded": sum(event.superseded for event in events),
+        "latency_ms": {
+            "p50": _round(percentile(latencies, 0.5)),
+            "p95": _round(percentile(latencies, 0.95)),
+        },
+        "suggestion_latency_ms": {
+            "p50": _round(percentile(suggestion_latencies, 0.5)),
+            "p95": _round(percentile(suggestion_latencies, 0.95)),
+        },
+        "matches": {kind: matches.get(kind, 0) for kind in ("full", "line", "partial", "miss")},
+        # A hit: the user went on to type the whole suggestion, or at least its whole first line.
+        "typed_ahead_hit_rate": _round(ratio(matches["full"] + matches["line"], len(with_text)), 4),
+        "server": {
+            "requests": server.requests,
+            "generations": server.generations,
+            "cancelled_generations": server.cancelled_generations,
+            "typed_ahead_hits": server.typed_ahead_hits,
+            "typed_ahead_rate": _round(ratio(server.typed_ahead_hits, server.requests), 4),
+            "draft_acceptance": _round(server.draft_acceptance, 4),
+            "tokens_per_target_forward": _round(server.tokens_per_forward, 3),
+        },
+        "speedup": None,
+    }
+    if speedup is not None:
+        summary["speedup"] = {
+            "samples": len(speedup.samples),
+            "skipped": speedup.skipped,
+            "identical_outputs": speedup.identical,
+            "plain_tokens_per_s": _round(speedup.plain_tokens_per_s, 1),
+            "speculative_tokens_per_s": _round(speedup.speculative_tokens_per_s, 1),
+            "factor": _round(speedup.factor, 3),
+        }
+    return summary
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f} ms"
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.0f}%"
+
+
+def format_summary(summary: dict[str, Any]) -> list[str]:
+    latency, with_text = summary["latency_ms"], summary["suggestion_latency_ms"]
+    matches, server = summary["matches"], summary["server"]
+    tokens_per_forward = server["tokens_per_target_forward"]
+    lines = [
+        "summary",
+        f"  keystrokes            {summary['keystrokes']} ({summary['answered']} answered, "
+        f"{summary['suggestions']} with ghost text, {summary['errors']} errors)",
+        f"  latency               p50 {_ms(latency['p50'])}, p95 {_ms(latency['p95'])} "
+        f"(with ghost text: p50 {_ms(with_text['p50'])}, p95 {_ms(with_text['p95'])})",
+        f"  typed-ahead hit rate  {_percent(summary['typed_ahead_hit_rate'])} of suggestions were then typed "
+        f"(full {matches['full']}, first line {matches['line']}, partly {matches['partial']}, "
+        f"miss {matches['miss']})",
+        f"  served from typing    {_percent(server['typed_ahead_rate'])} of requests answered from an earlier "
+        "suggestion the typing agreed with (no model call)",
+        f"  drafts                {_percent(server['draft_acceptance'])} accepted, "
+        f"{'n/a' if tokens_per_forward is None else f'{tokens_per_forward:.2f}'} tokens per target forward",
+        f"  cancels               {server['cancelled_generations']} of {server['generations']} generations "
+        f"stopped by newer typing; {summary['superseded']} requests superseded",
+    ]
+    speedup = summary.get("speedup")
+    if speedup is None:
+        lines.append("  speed-up              not measured")
+    elif speedup["factor"] is None:
+        lines.append(f"  speed-up              n/a ({speedup['skipped']} prompts gave no generation to time)")
+    else:
+        lines.append(
+            f"  speed-up              {speedup['factor']:.2f}x over plain decoding "
+            f"({speedup['speculative_tokens_per_s']:.0f} vs {speedup['plain_tokens_per_s']:.0f} tokens/s, "
+            f"{speedup['samples']} prompts, same server; identical output {speedup['identical_outputs']}/"
+            f"{speedup['samples']})"
+        )
+    return lines
