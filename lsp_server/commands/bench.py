@@ -56,6 +56,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     _model_arguments(throughput)
 
+    draft_length = sub.add_parser(
+        "draft-length", help="acceptance per syntax context; syntax vs fixed lengths"
+    )
+    draft_length.add_argument("--prompts", type=_positive, default=8, help="held-out prompts (default: 8)")
+    draft_length.add_argument(
+        "--max-new-tokens", type=_positive, default=128, help="per prompt (default: 128)"
+    )
+    draft_length.add_argument("--repeats", type=_positive, default=1, help="runs per prompt and policy")
+    draft_length.add_argument(
+        "--drafter",
+        default="hybrid",
+        choices=("model", "lookup", "suffix", "hybrid"),
+        help="the drafter every policy sizes (default: hybrid, the server's)",
+    )
+    draft_length.add_argument(
+        "--stop-at-eos", action="store_true", help="stop at end-of-text (default: ignore)"
+    )
+    _model_arguments(draft_length)
+
 
 def _results_tag(args: argparse.Namespace) -> str:
     if args.tag:
@@ -76,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.benchmark == "throughput":
             return _throughput(args)
+        if args.benchmark == "draft-length":
+            return _draft_length(args)
     except ModelLoadError as exc:
         print(f"specls bench: {exc}", file=sys.stderr)
         return 1
@@ -111,6 +132,28 @@ def _throughput(args: argparse.Namespace) -> int:
         tag=_results_tag(args),
     )
     result = run_throughput(config, progress=not args.quiet)
+    for path in write_report(result, config.out, config.tag):
+        print(path)
+    return 0
+
+
+def _draft_length(args: argparse.Namespace) -> int:
+    from bench.draft_length import DraftLengthConfig, run_draft_length, write_report
+
+    config = DraftLengthConfig(
+        prompts=args.prompts,
+        max_new_tokens=args.max_new_tokens,
+        drafter=args.drafter,
+        target=args.target,
+        draft=args.draft,
+        device=args.device,
+        threads=args.threads,
+        repeats=args.repeats,
+        stop_at_eos=args.stop_at_eos,
+        out=args.out,
+        tag=_results_tag(args),
+    )
+    result = run_draft_length(config, progress=not args.quiet)
     for path in write_report(result, config.out, config.tag):
         print(path)
     return 0

@@ -1,0 +1,304 @@
+"""`specls bench draft-length`: acceptance per syntax context, and the syntax policy against fixed lengths.
+
+Same held-out prompts and cold-cache rules as the throughput benchmark (`bench.throughput`). Every policy
+is wrapped in a `RecordingPolicy`, which names each round's syntax context with the classifier the policy
+itself uses (`lsp_server.context.syntax_context_of`) and keeps the drafted and accepted counts the loop
+reports to `observe`. Policies run interleaved per prompt on one loaded pair; greedy outputs must not
+depend on the policy, and the report says if one did.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.metrics import first_difference, markdown_table, median
+from bench.prompts import BenchPrompt, build_prompts
+from bench.throughput import MethodRunner, ThroughputConfig, environment
+from engine.api import DraftContext, DraftLengthPolicy
+
+FIXED_LENGTHS = (2, 4, 8, 16)
+
+
+@dataclass
+class RoundRecord:
+    syntax_context: str
+    drafter: str
+    max_tokens: int
+    drafted: int
+    accepted: int
+
+
+@dataclass
+class RecordingPolicy:
+    """A `DraftLengthPolicy` that delegates to `inner` and records every round by syntax context."""
+
+    inner: DraftLengthPolicy
+    known_identifiers: frozenset[str] = frozenset()
+    rounds: list[RoundRecord] = field(default_factory=list)
+    _pending: tuple[str, int] | None = None
+
+    def max_draft_tokens(self, ctx: DraftContext) -> int:
+        from lsp_server.context import syntax_context_of
+
+        limit = self.inner.max_draft_tokens(ctx)
+        self._pending = (syntax_context_of(ctx.text_before, self.known_identifiers), limit)
+        return limit
+
+    def observe(self, drafter: str, num_drafted: int, num_accepted: int) -> None:
+        inner_observe = getattr(self.inner, "observe", None)
+        if inner_observe is not None:
+            inner_observe(drafter, num_drafted, num_accepted)
+        if self._pending is not None:
+            context, limit = self._pending
+            self.rounds.append(RoundRecord(context, drafter, limit, num_drafted, num_accepted))
+            self._pending = None
+
+
+def acceptance_by_context(rounds: list[RoundRecord]) -> dict[str, dict[str, Any]]:
+    """Per syntax context: rounds, drafted, accepted, acceptance (accepted / drafted), mean accepted, and
+    how often a draft held for at least 2, 4, 8 and 16 tokens (when that many were drafted)."""
+    grouped: dict[str, list[RoundRecord]] = defaultdict(list)
+    for record in rounds:
+        if record.drafted > 0:
+            grouped[record.syntax_context].append(record)
+    table: dict[str, dict[str, Any]] = {}
+    for context, records in sorted(grouped.items(), key=lambda item: -len(item[1])):
+        drafted = sum(r.drafted for r in records)
+        accepted = sum(r.accepted for r in records)
+        held = {}
+        for length in FIXED_LENGTHS:
+            eligible = [r for r in records if r.drafted >= length]
+            held[str(length)] = (
+                sum(r.accepted >= length for r in eligible) / len(eligible) if eligible else None
+            )
+        table[context] = {
+            "rounds": len(records),
+            "drafted": drafted,
+            "accepted": accepted,
+            "acceptance": accepted / drafted,
+            "mean_drafted": drafted / len(records),
+            "mean_accepted": accepted / len(records),
+            "held_at_least": held,
+        }
+    return table
+
+
+@dataclass
+class DraftLengthConfig:
+    prompts: int = 8
+    max_new_tokens: int = 128
+    drafter: str = "hybrid"  # the server's default
+    target: str | None = None
+    draft: str | None = None
+    device: str = "auto"
+    threads: int | None = None
+    repeats: int = 1
+    stop_at_eos: bool = False
+    out: Path = Path("bench/results")
+    tag: str = "cpu"
+
+
+def policy_names() -> tuple[str, ...]:
+    return ("syntax", *(f"fixed-{k}" for k in FIXED_LENGTHS))
+
+
+def make_policy(name: str, prompt: BenchPrompt) -> RecordingPolicy:
+    from lsp_server.context import FixedDraftPolicy, SyntaxDraftPolicy
+
+    syntax = prompt.context.draft_policy
+    known = syntax.known_identifiers if isinstance(syntax, SyntaxDraftPolicy) else frozenset()
+    inner: DraftLengthPolicy = syntax if name == "syntax" else FixedDraftPolicy(int(name.split("-")[1]))
+    return RecordingPolicy(inner, known)
+
+
+def run_draft_length(config: DraftLengthConfig, progress: bool = True) -> dict[str, Any]:
+    import torch
+    from tqdm import tqdm
+
+    from engine.api import CompletionRequest
+    from engine.models import load_pair
+    from engine.service import LocalEngine
+
+    pair = load_pair(config.target, config.draft, config.device, num_threads=config.threads)
+    engine = LocalEngine(pair=pair)
+    prompts = build_prompts(engine.info(), engine.count_tokens, config.prompts)
+    if not prompts:
+        raise RuntimeError("no held-out prompts could be built (is the standard library readable?)")
+    runner = MethodRunner(
+        engine, ThroughputConfig(max_new_tokens=config.max_new_tokens, stop_at_eos=config.stop_at_eos)
+    )
+    names = policy_names()
+
+    def run(name: str, prompt: BenchPrompt, limit: int) -> dict[str, Any]:
+        policy = make_policy(name, prompt)
+        engine.target.crop(0)
+        engine.draft_decoder.crop(0)
+        ctx = prompt.context
+        request = CompletionRequest(
+            prompt=ctx.prompt,
+            max_new_tokens=limit,
+            drafter=config.drafter,
+            lookup_context=ctx.lookup_snippets,
+            suffix=ctx.suffix,
+            draft_policy=policy,
+        )
+        runner._sync()
+        start = time.perf_counter()
+        result = engine.complete(request)
+        runner._sync()
+        wall = time.perf_counter() - start
+        return {
+            "policy": name,
+            "prompt": prompt.name,
+            "wall_s": wall,
+            "new_tokens": len(result.token_ids),
+            "tokens_per_s": len(result.token_ids) / wall,
+            "target_forwards": result.stats["target_forwards"],
+            "drafted": result.stats["drafted"],
+            "accepted": result.stats["accepted"],
+            "token_ids": list(result.token_ids),
+            "rounds": policy.rounds,
+        }
+
+    for name in names:  # warm-up
+        run(name, prompts[0], 8)
+    runs: list[dict[str, Any]] = []
+    jobs = [(p, r) for p in range(len(prompts)) for r in range(config.repeats)]
+    for prompt_index, repeat in tqdm(jobs, desc="draft-length", unit="prompt", disable=not progress):
+        shift = (prompt_index + repeat) % len(names)
+        for name in names[shift:] + names[:shift]:
+            runs.append(run(name, prompts[prompt_index], config.max_new_tokens))
+    result = {
+        "benchmark": "draft-length",
+        "config": {**asdict(config), "out": str(config.out)},
+        "environment": environment(engine, torch.get_num_threads()),
+        "prompts": [p.name for p in prompts],
+        "policies": summarize_policies(runs, names),
+        "acceptance_by_context": {
+            name: acceptance_by_context([r for run in runs if run["policy"] == name for r in run["rounds"]])
+            for name in ("syntax", "fixed-16")
+        },
+        "runs": [{k: v for k, v in run.items() if k not in ("token_ids", "rounds")} for run in runs],
+    }
+    return result
+
+
+def summarize_policies(runs: list[dict[str, Any]], names: tuple[str, ...]) -> dict[str, Any]:
+    """Per policy: tokens/s, target forwards, acceptance; the syntax policy against the best fixed length."""
+    by_prompt: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    for run in runs:
+        by_prompt[run["prompt"]][run["policy"]].append(run)
+    summary: dict[str, Any] = {}
+    for name in names:
+        mine = [run for run in runs if run["policy"] == name]
+        drafted = sum(run["drafted"] for run in mine)
+        mismatches = [
+            prompt
+            for prompt, per in by_prompt.items()
+            if first_difference(per["syntax"][0]["token_ids"], per[name][0]["token_ids"]) is not None
+        ]
+        summary[name] = {
+            "tokens_per_s_median": median([run["tokens_per_s"] for run in mine]),
+            "tokens_per_forward": sum(r["new_tokens"] for r in mine)
+            / max(1, sum(r["target_forwards"] for r in mine)),
+            "draft_acceptance": sum(run["accepted"] for run in mine) / drafted if drafted else None,
+            "drafted_per_token": drafted / max(1, sum(r["new_tokens"] for r in mine)),
+            "output_differs_from_syntax_on": mismatches,
+        }
+    fixed = [name for name in names if name != "syntax"]
+    best = max(fixed, key=lambda name: summary[name]["tokens_per_s_median"] or 0.0)
+    ratios = [
+        statistics.mean(r["tokens_per_s"] for r in per["syntax"])
+        / statistics.mean(r["tokens_per_s"] for r in per[best])
+        for per in by_prompt.values()
+    ]
+    summary["syntax_vs_best_fixed"] = {"best_fixed": best, "ratio_median_over_prompts": median(ratios)}
+    return summary
+
+
+def write_report(result: dict[str, Any], out: Path, tag: str) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"draft-length-{tag}"
+    json_path = stem.with_suffix(".json")
+    json_path.write_text(json.dumps(result, indent=2, default=_plain) + "\n", encoding="utf-8")
+    md_path = stem.with_suffix(".md")
+    md_path.write_text(markdown_report(result), encoding="utf-8")
+    return [json_path, md_path]
+
+
+def _plain(value: Any) -> Any:
+    return asdict(value) if isinstance(value, RoundRecord) else str(value)
+
+
+def markdown_report(result: dict[str, Any]) -> str:
+    env, config, policies = result["environment"], result["config"], result["policies"]
+    verdict = policies["syntax_vs_best_fixed"]
+    rows = [
+        [
+            name,
+            s["tokens_per_s_median"],
+            s["tokens_per_forward"],
+            s["draft_acceptance"],
+            s["drafted_per_token"],
+            "yes"
+            if not s["output_differs_from_syntax_on"]
+            else f"NO ({len(s['output_differs_from_syntax_on'])})",
+        ]
+        for name, s in policies.items()
+        if name != "syntax_vs_best_fixed"
+    ]
+    parts = [
+        f"# Draft length ({config['tag']})\n\n",
+        f"{env['date_utc']}, commit {env['git_commit']}, {env['device']} {env['dtype']}, "
+        f"{env['torch_threads']} torch threads; drafter `{config['drafter']}`, {len(result['prompts'])} held-out "
+        f"prompts x {config['repeats']} repeats, {config['max_new_tokens']} new tokens"
+        f"{'' if config['stop_at_eos'] else ' (EOS ignored)'}.\n\n",
+        markdown_table(
+            [
+                "policy",
+                "tok/s (median)",
+                "tokens per target forward",
+                "draft acceptance",
+                "drafted per token",
+                "same output",
+            ],
+            rows,
+        ),
+        f"\nSyntax policy vs the best fixed length (`{verdict['best_fixed']}`): "
+        f"{verdict['ratio_median_over_prompts']:.3f}x tokens/s (median over prompts).\n",
+    ]
+    for name, table in result["acceptance_by_context"].items():
+        parts.append(f"\n## Acceptance per syntax context, policy `{name}`\n\n")
+        parts.append(
+            markdown_table(
+                [
+                    "context",
+                    "rounds",
+                    "mean drafted",
+                    "mean accepted",
+                    "acceptance",
+                    "held >=2",
+                    "held >=4",
+                    "held >=8",
+                    "held >=16",
+                ],
+                [
+                    [
+                        context,
+                        s["rounds"],
+                        s["mean_drafted"],
+                        s["mean_accepted"],
+                        s["acceptance"],
+                        *(s["held_at_least"][str(k)] for k in FIXED_LENGTHS),
+                    ]
+                    for context, s in table.items()
+                ],
+            )
+        )
+    return "".join(parts)
