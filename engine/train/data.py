@@ -12,7 +12,7 @@ import torch
 from tokenizers import Tokenizer
 
 from engine.train.corpus import SourceFile
-from engine.train.tokenizer import EOS, FILE_SEP, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
+from engine.train.tokenizer import EOS, FILE_SEP, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, special_id
 
 CHARS_PER_TOKEN = 3.2  # measured on the stdlib with the 8k byte-level BPE; sizes the character windows
 
