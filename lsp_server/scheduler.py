@@ -474,8 +474,12 @@ class Scheduler:
             return
         generation.text = text
         if not still_agrees(text, generation.typed):
-            # The user typed something else meanwhile (we could not tell while nothing was generated yet):
-            # the rest is of no use, and requests made before that typing are stale.
+            # The user typed something else meanwhile (we could not tell while nothing was generated yet).
+            # The request made after that typing starts again; the older ones are stale and get empty answers.
+            for waiter in list(generation.waiters):
+                if waiter.typed == generation.typed:
+                    waiter.future.set_result(None)
+                    generation.waiters.remove(waiter)
             self._cancel(generation)
             return
         for waiter in list(generation.waiters):

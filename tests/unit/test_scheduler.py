@@ -373,15 +373,17 @@ def test_the_worker_is_the_only_thread_that_calls_the_backend() -> None:
 
 
 async def test_typing_before_the_first_token_is_checked_once_tokens_arrive(make_harness) -> None:
-    h = await make_harness([("x = ", "1 + 2 + 3 + 4 + 5 + 6 + 7 + 8")], token_delay_s=0.05)
+    h = await make_harness([("x = 9", " + 1"), ("x = ", "1 + 2 + 3 + 4 + 5 + 6 + 7 + 8")], token_delay_s=0.05)
     h.open(URI, "x = ")
     first = h.complete_at_end(URI)
     await asyncio.sleep(0.01)  # the generation has started but produced nothing yet
     h.type(URI, "9")  # cannot be judged yet: the generation keeps going
-    assert await asyncio.wait_for(first, timeout=5) is None  # the first token disagrees: stopped, answered
-    await asyncio.sleep(0.1)
+    second = h.complete_at_end(URI)  # waits on it
+    assert await asyncio.wait_for(first, timeout=5) is None  # the first token disagrees: stale, empty
+    assert (await asyncio.wait_for(second, timeout=5)).text == " + 1"  # the newest request starts again
     assert h.backend.calls[0][1].finish_reason == "cancelled"
     assert h.backend.calls[0][1].stats["target_forwards"] <= 2
+    assert h.backend.calls[1][0].prompt == "x = 9"
 
 
 async def test_debounce_lets_only_the_last_of_a_quick_burst_reach_the_model(make_harness) -> None:
