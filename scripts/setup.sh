@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Set up specls on a fresh machine: a .venv with the CPU build of torch and specls installed.
+#
+#   bash scripts/setup.sh          # what `specls demo`, `specls serve` and the editors need
+#   bash scripts/setup.sh --dev    # + test tools, Neovim, the VS Code extension's npm packages and a
+#                                  #   llama-server built from source for the remote-backend tests
+# Re-running is cheap: every step skips what is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEV=0
+[[ "${1:-}" == "--dev" ]] && DEV=1
+PYTHON="${PYTHON:-python3}"
+
+[[ -x .venv/bin/python ]] || "$PYTHON" -m venv .venv
+# torch first and pinned: a bare `torch` requirement would pull a multi-GB CUDA build on a CPU machine.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check torch==2.13.0
+if [[ $DEV == 1 ]]; then
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+else
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e .
+fi
+echo "specls installed: $(.venv/bin/specls info --json >/dev/null 2>&1 && echo 'bundled model pair found' || echo 'run `.venv/bin/specls doctor`')"
+
+if [[ $DEV == 1 ]]; then
+    if ! command -v nvim >/dev/null 2>&1; then
+        SUDO=""
+        [[ "$(id -u)" -eq 0 ]] || SUDO="sudo"
+        $SUDO apt-get update -q
+        $SUDO apt-get install -y -q neovim
+    fi
+    command -v node >/dev/null 2>&1 || { echo "node 20 + npm are required for the VS Code extension" >&2; exit 1; }
+    (cd editor_clients/vscode && npm ci --no-audit --no-fund --loglevel=error && npm run --silent compile)
+    PYTHON=.venv/bin/python bash scripts/build_llama_server.sh >/dev/null
+fi
