@@ -1,0 +1,378 @@
+"""`specls doctor`: check the environment, say what is wrong and how to fix it; exit 1 on any problem.
+
+Checks, in the order a problem in one makes the next pointless: Python, torch and its device, the pinned
+library versions, the model pair (paths, sizes, tokenizer compatibility, FIM tokens), the tree-sitter
+grammars, and finally a real `specls serve` answering one completion. `specls info --json` stays the
+machine-readable description of the pair; this is for people.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.metadata
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+Status = Literal["ok", "warn", "fail", "skip"]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# The versions this release is tested with, when no installed metadata or pyproject.toml says otherwise.
+PINNED = {
+    "torch": "==2.13.0",
+    "transformers": "==5.24.*",
+    "tokenizers": "==0.23.*",
+    "pygls": "==2.1.1",
+    "lsprotocol": "==2025.0.0",
+    "tree-sitter": "==0.26.1",
+}
+INSTALL_FIX = (
+    "reinstall the pinned versions: `pip install -e .` in the specls checkout (see scripts/setup.sh)"
+)
+# One small, valid program per grammar: it must parse without an error node.
+GRAMMAR_SAMPLES = {
+    "python": ("python", "def add(a, b):\n    return a + b\n"),
+    "javascript": ("javascript", "function add(a, b) {\n  return a + b;\n}\n"),
+    "typescript": ("typescript", "function add(a: number, b: number): number {\n  return a + b;\n}\n"),
+    "tsx": ("typescriptreact", "const App = () => <div className='x'>{1 + 2}</div>;\n"),
+    "go": ("go", "package main\n\nfunc add(a int, b int) int {\n\treturn a + b\n}\n"),
+    "rust": ("rust", "fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n"),
+}
+PROBE_PREFIX = "def greet(name):\n    message = "
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", help="target model: a local folder or hub id (default: bundled)")
+    parser.add_argument("--draft", help="draft model: a local folder or hub id (default: bundled)")
+    parser.add_argument("--device", default="auto", help="the device the server would use (default: auto)")
+    parser.add_argument("--no-server", action="store_true", help="skip starting the server")
+    parser.add_argument(
+        "--server-timeout", type=float, default=300, help="seconds for the server to load and answer"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    checks: list[Check] = []
+
+    def report(new: Sequence[Check]) -> None:
+        for check in new:
+            checks.append(check)
+            print(format_check(check), flush=True)
+
+    print("specls doctor")
+    report(check_python())
+    report(check_torch(args.device))
+    report(check_versions(pinned_requirements()))
+    pair = check_model_pair(args.target, args.draft)
+    report(pair)
+    report(check_grammars())
+    if args.no_server:
+        report([Check("server", "skip", "not started (--no-server)")])
+    elif any(check.status == "fail" for check in checks):
+        report([Check("server", "skip", "not started: fix the problems above first")])
+    else:
+        report(check_server(args.target, args.draft, args.device, args.server_timeout))
+    problems = sum(check.status == "fail" for check in checks)
+    warnings = sum(check.status == "warn" for check in checks)
+    if problems:
+        print(f"\n{problems} problem{'s' if problems > 1 else ''} found; see the fixes above.")
+        return 1
+    print(f"\neverything looks fine{f' ({warnings} warnings)' if warnings else ''}.")
+    return 0
+
+
+def format_check(check: Check) -> str:
+    label = {"ok": "ok  ", "warn": "warn", "fail": "FAIL", "skip": "skip"}[check.status]
+    lines = [f"  {label}  {check.name}: {check.detail}"]
+    if check.fix:
+        lines.append(f"        fix: {check.fix}")
+    return "\n".join(lines)
+
+
+# --- environment ---
+
+
+def check_python() -> list[Check]:
+    version = ".".join(str(part) for part in sys.version_info[:3])
+    return [Check("python", "ok", f"{version} at {sys.executable}")]
+
+
+def check_torch(device: str) -> list[Check]:
+    try:
+        import torch
+    except ImportError as exc:
+        return [Check("torch", "fail", f"cannot import torch: {exc}", INSTALL_FIX)]
+    detail = f"{torch.__version__}, {torch.get_num_threads()} CPU threads"
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name(0)
+        try:
+            probe = torch.ones(64, 64, device="cuda")
+            float((probe @ probe).sum().item())
+        except Exception as exc:  # a driver or build mismatch shows up on the first kernel
+            return [
+                Check(
+                    "torch",
+                    "fail",
+                    f"{detail}; CUDA device {name} is visible but a test kernel failed: {exc}",
+                    "install the torch build that matches your CUDA driver, or run with --device cpu",
+                )
+            ]
+        return [Check("torch", "ok", f"{detail}; CUDA: {name} ({torch.cuda.device_count()} device(s))")]
+    if device.startswith("cuda"):
+        return [
+            Check(
+                "torch",
+                "fail",
+                f"{detail}; --device {device} was asked for but CUDA is not available",
+                "install a CUDA build of torch on a machine with an NVIDIA GPU, or use --device cpu",
+            )
+        ]
+    return [
+        Check(
+            "torch", "ok", f"{detail}; no CUDA, the server runs on the CPU (the bundled pair is made for it)"
+        )
+    ]
+
+
+def pinned_requirements() -> dict[str, str]:
+    """Distribution name -> version specifier, from the installed specls metadata, else pyproject.toml."""
+    from packaging.requirements import Requirement
+
+    lines: list[str] = []
+    try:
+        lines = importlib.metadata.requires("specls") or []
+    except importlib.metadata.PackageNotFoundError:
+        pyproject = PROJECT_ROOT / "pyproject.toml"
+        if pyproject.is_file():
+            import tomllib
+
+            lines = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"]
+    wanted = dict(PINNED)
+    for line in lines:
+        requirement = Requirement(line)
+        if requirement.name in wanted and not requirement.marker:
+            wanted[requirement.name] = str(requirement.specifier)
+    return wanted
+
+
+def check_versions(wanted: dict[str, str]) -> list[Check]:
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    checks: list[Check] = []
+    fitting: list[str] = []
+    for name, specifier in wanted.items():
+        try:
+            installed = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            checks.append(Check(name, "fail", "not installed", INSTALL_FIX))
+            continue
+        try:
+            # Local build tags (+cpu, +cu124) do not change the API; compare the public version.
+            fits = Version(Version(installed).public) in SpecifierSet(specifier)
+        except InvalidVersion:
+            fits = False
+        if fits:
+            fitting.append(f"{name} {installed}")
+        else:
+            checks.append(
+                Check(name, "warn", f"{installed} installed, specls is tested with {specifier}", INSTALL_FIX)
+            )
+    if fitting:
+        checks.insert(0, Check("versions", "ok", ", ".join(fitting)))
+    return checks
+
+
+# --- models ---
+
+
+def check_model_pair(target: str | None, draft: str | None) -> list[Check]:
+    """Each model's folder and size, then whether the two speak the same tokens and carry FIM tokens."""
+    from engine.models import ModelLoadError, Role, check_model_folder, describe_model, resolve_model_path
+
+    checks: list[Check] = []
+    sources = {}
+    roles: tuple[Role, ...] = ("target", "draft")
+    for role, spec in zip(roles, (target, draft), strict=True):
+        try:
+            source = resolve_model_path(spec, role)
+            if source.is_local:
+                check_model_folder(Path(source.location), role)
+                info = describe_model(source)
+                detail = (
+                    f"{source.location}: {info.get('model_type')}, {info.get('params', 0):,} params, "
+                    f"{info.get('bytes', 0) / 1e6:.1f} MB, context {info.get('context_length')}"
+                )
+            else:
+                detail = f"hub id {source.location!r} (downloaded on first use; needs the network once)"
+        except ModelLoadError as exc:
+            checks.append(Check(f"{role} model", "fail", str(exc), _model_fix(role, spec)))
+            continue
+        except Exception as exc:  # a corrupt safetensors header, an unreadable folder
+            checks.append(
+                Check(f"{role} model", "fail", f"{type(exc).__name__}: {exc}", _model_fix(role, spec))
+            )
+            continue
+        sources[role] = source
+        checks.append(Check(f"{role} model", "ok", detail))
+    if len(sources) == 2 and all(source.is_local for source in sources.values()):
+        checks.extend(check_tokenizers(sources["target"].location, sources["draft"].location))
+    elif len(sources) < 2:
+        checks.append(Check("tokenizers", "skip", "needs both models"))
+    return checks
+
+
+def _model_fix(role: str, spec: str | None) -> str:
+    if spec in (None, "bundled"):
+        return (
+            f"train the bundled pair with `specls train` (it writes engine/bundled/{role}), "
+            f"or point --{role} at a Hugging Face model folder"
+        )
+    return f"pass --{role} a folder that holds config.json, model.safetensors and the tokenizer files"
+
+
+def check_tokenizers(target_dir: str, draft_dir: str) -> list[Check]:
+    import json
+
+    from transformers import AutoTokenizer
+
+    from engine.models import ModelLoadError, check_same_tokenizer
+    from lsp_server.context.fim import detect_fim_template
+
+    try:
+        target = AutoTokenizer.from_pretrained(target_dir)
+        draft = AutoTokenizer.from_pretrained(draft_dir)
+    except Exception as exc:
+        return [
+            Check("tokenizers", "fail", f"cannot load: {exc}", "copy the tokenizer files next to the weights")
+        ]
+    try:
+        check_same_tokenizer(target, draft)
+    except ModelLoadError as exc:
+        return [Check("tokenizers", "fail", str(exc), "use a draft from the target's model family")]
+    checks = [
+        Check(
+            "tokenizers", "ok", f"target and draft share one vocabulary of {len(target.get_vocab()):,} tokens"
+        )
+    ]
+    sizes = [
+        json.loads((Path(folder) / "config.json").read_text())["vocab_size"]
+        for folder in (target_dir, draft_dir)
+    ]
+    if sizes[0] != sizes[1]:
+        checks.append(
+            Check(
+                "vocab size",
+                "warn",
+                f"target outputs {sizes[0]} logits, draft {sizes[1]}; only the shared ids can be proposed",
+            )
+        )
+    template = detect_fim_template(tuple(target.all_special_tokens))
+    if template is None:
+        checks.append(
+            Check(
+                "fill-in-the-middle",
+                "warn",
+                "the tokenizer has no FIM tokens: completions will ignore the text after the cursor",
+                "use a code model trained with FIM (the bundled pair, Qwen2.5-Coder, StarCoder2, ...)",
+            )
+        )
+    else:
+        checks.append(Check("fill-in-the-middle", "ok", f"{template.name} template"))
+    return checks
+
+
+# --- grammars ---
+
+
+def check_grammars() -> list[Check]:
+    from lsp_server.context.languages import canonical_language, new_parser
+
+    ok: list[str] = []
+    checks: list[Check] = []
+    for name, (language_id, sample) in GRAMMAR_SAMPLES.items():
+        try:
+            parser = new_parser(canonical_language(language_id))
+            if parser is None:
+                raise LookupError("no grammar registered")
+            tree = parser.parse(sample.encode("utf-8"))
+            if tree.root_node.has_error:
+                raise ValueError("a valid sample parsed with errors")
+        except Exception as exc:
+            wheel = "tree-sitter-typescript" if name == "tsx" else f"tree-sitter-{name}"
+            checks.append(
+                Check(
+                    f"grammar {name}",
+                    "warn",
+                    f"{type(exc).__name__}: {exc}; {name} files get indentation-based stop rules only",
+                    f"`pip install {wheel}` (the version pinned in pyproject.toml)",
+                )
+            )
+            continue
+        ok.append(name)
+    if ok:
+        checks.insert(0, Check("tree-sitter grammars", "ok", ", ".join(ok)))
+    return checks
+
+
+# --- the server itself ---
+
+
+def check_server(target: str | None, draft: str | None, device: str, timeout_s: float) -> list[Check]:
+    server_args = ["--backend", "local", "--device", device]
+    server_args += [
+        part for flag, value in (("--target", target), ("--draft", draft)) if value for part in (flag, value)
+    ]
+    try:
+        answer, load_s, latency_ms = asyncio.run(_probe_server(server_args, timeout_s))
+    except Exception as exc:
+        return [
+            Check(
+                "server",
+                "fail",
+                f"{type(exc).__name__}: {exc}",
+                "run `specls serve --log-file specls.log --log-level DEBUG` and read the log",
+            )
+        ]
+    detail = f"started and loaded in {load_s:.1f} s; one completion in {latency_ms:.0f} ms"
+    if not answer.strip():
+        return [
+            Check(
+                "server", "warn", f"{detail}, but the suggestion was empty", "try `specls demo` to see more"
+            )
+        ]
+    return [Check("server", "ok", f"{detail}: {PROBE_PREFIX.splitlines()[-1].strip()}{_short(answer)}")]
+
+
+def _short(text: str, width: int = 40) -> str:
+    flat = text.replace("\n", "⏎")
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+async def _probe_server(server_args: list[str], timeout_s: float) -> tuple[str, float, float]:
+    from lsp_server.demo.client import ServerSession
+
+    session = ServerSession()
+    started = time.monotonic()
+    try:
+        await session.start(server_args)
+        await session.wait_ready(timeout_s)
+        loaded = time.monotonic() - started
+        uri = "file:///specls-doctor/probe.py"
+        session.open(uri, PROBE_PREFIX, "python")
+        asked = time.monotonic()
+        answer = await asyncio.wait_for(session.inline_completion(uri, len(PROBE_PREFIX)), timeout_s)
+        return answer, loaded, (time.monotonic() - asked) * 1000
+    finally:
+        await session.stop()
