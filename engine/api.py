@@ -7,6 +7,7 @@ Pure Python on purpose (no torch): the server imports this module, the local eng
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -26,8 +27,11 @@ class CancelToken:
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self.cancelled_at: float | None = None  # time.monotonic() of the first cancel, for cancel->idle stats
 
     def cancel(self) -> None:
+        if self.cancelled_at is None:
+            self.cancelled_at = time.monotonic()
         self._event.set()
 
     @property

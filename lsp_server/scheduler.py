@@ -137,13 +137,22 @@ class Statistics:
     rejected: int = 0
     latencies_ms: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=500))
     engine_totals: collections.Counter[str] = field(default_factory=collections.Counter)
+    # From a cancel to the engine returning (the worker is free again), per cancelled generation.
+    cancel_to_idle_ms: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=500))
     last_engine_stats: dict[str, Any] = field(default_factory=dict)
     last_finish_reason: str | None = None
 
     def record_engine(self, result: CompletionResult) -> None:
         self.last_finish_reason = result.finish_reason
         self.last_engine_stats = dict(result.stats)
-        for key in ("target_forwards", "drafted", "accepted", "prompt_tokens", "reused_prompt_tokens"):
+        for key in (
+            "target_forwards",
+            "drafted",
+            "accepted",
+            "prompt_tokens",
+            "reused_prompt_tokens",
+            "new_tokens",
+        ):
             value = result.stats.get(key)
             if isinstance(value, int | float):
                 self.engine_totals[key] += int(value)
@@ -177,6 +186,7 @@ class Statistics:
                 "count": len(ordered),
             },
             "engine_totals": dict(self.engine_totals),
+            "cancel_to_idle_ms": list(self.cancel_to_idle_ms),
             "last_engine_stats": self.last_engine_stats,
             "last_finish_reason": self.last_finish_reason,
         }
@@ -632,6 +642,10 @@ class Scheduler:
                 on_text=lambda text: self._post(self._on_text, generation, text),
                 cancel=generation.token,
             )
+            cancelled_at = generation.token.cancelled_at
+            if result.finish_reason == "cancelled" and cancelled_at is not None:
+                idle_ms = (time.monotonic() - cancelled_at) * 1000
+                self._post(self.stats.cancel_to_idle_ms.append, idle_ms)
             text = result.text if result.finish_reason == "cancelled" else self._finalize(result.text, ctx)
         except Exception as exc:  # a fault in one request must not take the worker down
             logger.exception("completion failed")
