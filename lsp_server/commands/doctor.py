@@ -356,8 +356,9 @@ def check_server(target: str | None, draft: str | None, device: str, timeout_s: 
 
 
 def _short(text: str, width: int = 40) -> str:
-    flat = text.replace("\n", "⏎")
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
+    from lsp_server.demo.view import one_line
+
+    return one_line(text, width)
 
 
 async def _probe_server(server_args: list[str], timeout_s: float) -> tuple[str, float, float]:

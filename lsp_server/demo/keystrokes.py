@@ -78,7 +78,7 @@ def classify_match(suggestion: str, upcoming: str) -> MatchKind:
     if matched == len(suggestion):
         return "full"
     first_line = suggestion.split("\n", 1)[0]
-    if first_line.strip() and "\n" in suggestion and matched >= len(first_line):
+    if first_line.strip() and matched > len(first_line):  # the line break typed too: the line was ended there
         return "line"
     return "partial" if matched > 0 else "miss"
 

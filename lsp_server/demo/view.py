@@ -14,8 +14,18 @@ DIM, RESET, CLEAR_LINE, UP = "\x1b[2m", "\x1b[0m", "\x1b[2K", "\x1b[1A"
 
 
 def one_line(text: str, width: int) -> str:
-    """`text` on one line for display: line breaks shown as ⏎, cut to `width` with an ellipsis."""
-    flat = text.replace("\n", "⏎").replace("\t", "    ")
+    """`text` on one line for display: line breaks shown as ⏎, other control characters (which would move
+    the terminal's cursor) as ·, cut to `width` with an ellipsis."""
+    flat = "".join(
+        "⏎"
+        if char == "\n"
+        else "    "
+        if char == "\t"
+        else "·"
+        if char < " " or "\x7f" <= char <= "\x9f"
+        else char
+        for char in text
+    )
     return flat if len(flat) <= width else flat[: max(0, width - 1)] + "…"
 
 

@@ -1,0 +1,174 @@
+"""The demo's pure parts: typing cadence and plan, suggestion matching, percentiles, summary and display."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from lsp_server.demo.keystrokes import (
+    Cadence,
+    classify_match,
+    matched_chars,
+    parse_speed,
+    percentile,
+    plan_keystrokes,
+    position_of,
+    tokens_per_target_forward,
+)
+from lsp_server.demo.replay import DecodeSample, KeyEvent, LiveStats, Speedup, pick_offsets, visible_ghost
+from lsp_server.demo.summary import build_summary, format_summary
+from lsp_server.demo.view import LineView, one_line
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"), [("20", 50.0), ("20cps", 50.0), ("4 CPS", 250.0), ("80ms", 80.0), ("12.5ms", 12.5)]
+)
+def test_parse_speed(text: str, ms: float) -> None:
+    assert parse_speed(text) == pytest.approx(ms)
+
+
+@pytest.mark.parametrize("text", ["", "fast", "0", "-3", "10 wpm", "ms"])
+def test_parse_speed_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="speed"):
+        parse_speed(text)
+
+
+def test_plan_keystrokes_joins_back_and_enter_brings_indentation() -> None:
+    source = "def f(x):\n    return x\n\nprint(f(1))\n"
+    keys = plan_keystrokes(source)
+    assert "".join(keys) == source
+    assert "\n    " in keys  # Enter plus the auto-indent of the next line
+    assert all(len(key) == 1 for key in keys if not key.startswith("\n"))
+    assert keys.count("\n") == 3  # end of "return x", the blank line, the last line
+
+
+def test_cadence_pauses_after_enter_and_is_seeded() -> None:
+    cadence = Cadence(ms_per_char=100.0, jitter=0.2)
+    letter = cadence.delay_s("a", random.Random(1))
+    enter = cadence.delay_s("\n  ", random.Random(1))
+    assert 0.08 <= letter <= 0.12
+    assert enter > 0.4  # thinking time at the end of a line
+    assert cadence.delay_s("a", random.Random(7)) == cadence.delay_s("a", random.Random(7))
+
+
+@pytest.mark.parametrize(
+    ("suggestion", "upcoming", "kind", "matched"),
+    [
+        ("items)", "items)\n", "full", 6),
+        ("return x\n    y = 2", "return x\n    y = 3\n", "line", 17),
+        ("return y", "return x", "partial", 7),
+        ("pass", "return", "miss", 0),
+        ("x\n", "x", "partial", 1),  # the line break was never typed
+    ],
+)
+def test_classify_match(suggestion: str, upcoming: str, kind: str, matched: int) -> None:
+    assert matched_chars(suggestion, upcoming) == matched
+    assert classify_match(suggestion, upcoming) == kind
+
+
+def test_percentile_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 0.5) == 50
+    assert percentile(values, 0.95) == 95
+    assert percentile([3.0, 1.0, 2.0], 0.5) == 2
+    assert percentile([7.0], 0.95) == 7
+    assert percentile([], 0.5) is None
+
+
+def test_position_of_counts_utf16_units() -> None:
+    text = "a = 1\nb = '😀'x"
+    assert position_of(text, 0) == (0, 0)
+    assert position_of(text, len("a = 1\n")) == (1, 0)
+    assert position_of(text, len(text)) == (1, 8 + 1)  # the emoji is two UTF-16 units
+
+
+def test_tokens_per_target_forward() -> None:
+    assert tokens_per_target_forward(accepted=0, target_forwards=10) == 1.0  # plain decoding
+    assert tokens_per_target_forward(accepted=30, target_forwards=10) == 4.0
+    assert tokens_per_target_forward(accepted=0, target_forwards=0) is None
+
+
+def test_visible_ghost_follows_typing() -> None:
+    source = "value = compute(x)\n"
+    event = KeyEvent(index=0, offset=8, sent_at=0.0, suggestion="compute(x)")
+    assert visible_ghost(event, source, 8) == "compute(x)"
+    assert visible_ghost(event, source, 11) == "pute(x)"
+    assert visible_ghost(event, source, 18) is None  # all typed: nothing left to show
+    other = KeyEvent(index=0, offset=8, sent_at=0.0, suggestion="combine(x)")
+    assert visible_ghost(other, source, 12) is None  # the typing went elsewhere
+
+
+def _event(
+    index: int, offset: int, latency_ms: float, suggestion: str = "", match: str | None = None
+) -> KeyEvent:
+    event = KeyEvent(index=index, offset=offset, sent_at=10.0, suggestion=suggestion)
+    event.answered_at = 10.0 + latency_ms / 1000
+    event.match = match  # type: ignore[assignment]
+    return event
+
+
+def test_summary_numbers() -> None:
+    events = [
+        _event(0, 1, 10.0),
+        _event(1, 2, 20.0, "abc", "full"),
+        _event(2, 3, 30.0, "abd\nx", "line"),
+        _event(3, 4, 40.0, "zzz", "miss"),
+    ]
+    events[0].superseded = True
+    server = LiveStats(
+        draft_acceptance=0.5,
+        tokens_per_forward=2.5,
+        cancelled_generations=1,
+        generations=3,
+        typed_ahead_hits=1,
+        requests=4,
+    )
+    speedup = Speedup(
+        [
+            DecodeSample(1, 10, 10, 1.0, 0.5, 10, 4, True),
+            DecodeSample(2, 20, 20, 1.0, 1.5, 20, 9, True),
+        ]
+    )
+    summary = build_summary(events, server, speedup)
+    assert summary["keystrokes"] == 4 and summary["answered"] == 4 and summary["suggestions"] == 3
+    assert summary["latency_ms"] == {"p50": 20.0, "p95": 40.0}
+    assert summary["suggestion_latency_ms"] == {"p50": 30.0, "p95": 40.0}
+    assert summary["typed_ahead_hit_rate"] == pytest.approx(2 / 3, abs=1e-4)
+    assert summary["superseded"] == 1
+    assert summary["server"]["typed_ahead_rate"] == 0.25
+    assert summary["speedup"]["plain_tokens_per_s"] == 15.0  # 30 tokens in 2 s
+    assert summary["speedup"]["speculative_tokens_per_s"] == 15.0  # 30 tokens in 2 s
+    assert summary["speedup"]["factor"] == 1.0
+    text = "\n".join(format_summary(summary))
+    assert "p50 20 ms, p95 40 ms" in text and "1.00x over plain decoding" in text and "67%" in text
+
+
+def test_pick_offsets_spreads_over_suggestions() -> None:
+    events = [_event(i, i, 5.0, "s" if i % 2 else "") for i in range(40)]
+    offsets = pick_offsets(events, 4)
+    assert len(offsets) == 4 and offsets == sorted(offsets)
+    assert all(offset % 2 == 1 for offset in offsets)  # only where there was a suggestion
+    assert offsets[0] < 10 and offsets[-1] > 30
+
+
+def test_one_line_hides_control_characters() -> None:
+    assert one_line("a\nb\x1b[2Jc\x08", 50) == "a⏎b·[2Jc·"
+    assert one_line("abcdefgh", 5) == "abcd…"
+
+
+def test_line_view_prints_fresh_suggestions_once() -> None:
+    import io
+
+    out = io.StringIO()
+    view = LineView(out)
+    source = "x = compute(1)\n"
+    first = _event(0, 4, 12.0, "compute(1)", "full")
+    continued = _event(1, 6, 3.0, "mpute(1)", "full")  # the rest of the same suggestion after typing "co"
+    fresh = _event(2, 7, 9.0, "pare()", "miss")
+    for event in (first, continued, fresh):
+        view.answer(event, None, source)
+    view.keystroke(source, len(source), None)
+    printed = out.getvalue()
+    assert printed.count("ghost @") == 2 and "compute(1)" in printed and "pare()" in printed
+    assert "   1 | x = compute(1)" in printed
