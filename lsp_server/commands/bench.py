@@ -75,11 +75,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     _model_arguments(draft_length)
 
+    keys = sub.add_parser("keystrokes", help="replay typing through `specls serve`; keystroke latency")
+    keys.add_argument(
+        "--file",
+        dest="files",
+        type=Path,
+        action="append",
+        default=[],
+        help="a file to type (repeatable; default: held-out stdlib files)",
+    )
+    keys.add_argument(
+        "--files-count", type=_positive, default=3, help="held-out files when no --file (default 3)"
+    )
+    keys.add_argument("--chars", type=_positive, default=300, help="characters typed per file (default: 300)")
+    keys.add_argument("--backend", default="local", choices=("local", "openai", "fake"))
+    keys.add_argument("--endpoint", help="OpenAI-compatible base URL (with --backend openai)")
+    keys.add_argument("--model", dest="remote_model", help="model name at the endpoint")
+    keys.add_argument("--seed", type=int, default=0, help="seed of the typing cadence (default: 0)")
+    keys.add_argument("--min-gap-ms", type=float, default=60, help="shortest gap between keystrokes")
+    keys.add_argument("--max-gap-ms", type=float, default=120, help="longest gap between keystrokes")
+    keys.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="a server setting as initializationOptions, e.g. --setting maxNewTokens=32 (repeatable)",
+    )
+    keys.add_argument("--target", help="target model: a local folder or hub id (default: bundled)")
+    keys.add_argument("--draft", help="draft model: a local folder or hub id (default: bundled)")
+    keys.add_argument("--device", help="auto, cpu, cuda, ... (default: the server's)")
+    keys.add_argument("--out", type=Path, default=Path("bench/results"), help="results folder")
+    keys.add_argument("--tag", help="results file name tag (default: the device type)")
+    keys.add_argument("--quiet", action="store_true", help="no progress bar")
+
 
 def _results_tag(args: argparse.Namespace) -> str:
     if args.tag:
         return str(args.tag)
-    return "cuda" if str(args.device).startswith("cuda") else "cpu"
+    return "cuda" if str(args.device or "").startswith("cuda") else "cpu"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -97,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
             return _throughput(args)
         if args.benchmark == "draft-length":
             return _draft_length(args)
+        if args.benchmark == "keystrokes":
+            return _keystrokes(args)
     except ModelLoadError as exc:
         print(f"specls bench: {exc}", file=sys.stderr)
         return 1
@@ -154,6 +189,55 @@ def _draft_length(args: argparse.Namespace) -> int:
         tag=_results_tag(args),
     )
     result = run_draft_length(config, progress=not args.quiet)
+    for path in write_report(result, config.out, config.tag):
+        print(path)
+    return 0
+
+
+def _keystrokes(args: argparse.Namespace) -> int:
+    import json
+
+    from bench.keystrokes import KeystrokeConfig, run_keystrokes, write_report
+
+    settings = {}
+    for item in args.setting:
+        key, sep, value = item.partition("=")
+        try:
+            settings[key] = json.loads(value)
+        except json.JSONDecodeError:
+            settings[key] = value  # a bare string
+        if not sep or not key:
+            print(f"specls bench: --setting expects KEY=JSON, got {item!r}", file=sys.stderr)
+            return 2
+    missing = [str(path) for path in args.files if not path.is_file()]
+    if missing:
+        print(f"specls bench: no such file: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    if args.min_gap_ms > args.max_gap_ms or args.min_gap_ms < 0:
+        print("specls bench: need 0 <= --min-gap-ms <= --max-gap-ms", file=sys.stderr)
+        return 2
+    config = KeystrokeConfig(
+        files=tuple(args.files),
+        count=args.files_count,
+        chars=args.chars,
+        backend=args.backend,
+        target=args.target,
+        draft=args.draft,
+        device=args.device,
+        endpoint=args.endpoint,
+        remote_model=args.remote_model,
+        min_gap_ms=args.min_gap_ms,
+        max_gap_ms=args.max_gap_ms,
+        seed=args.seed,
+        settings=settings,
+        out=args.out,
+        tag=_results_tag(args) if args.tag or args.backend == "local" else args.backend,
+    )
+    try:
+        result = run_keystrokes(config, progress=not args.quiet)
+    except (RuntimeError, TimeoutError, ValueError) as exc:
+        print(f"specls bench: {exc}", file=sys.stderr)
+        return 1
     for path in write_report(result, config.out, config.tag):
         print(path)
     return 0

@@ -1,0 +1,539 @@
+"""`specls bench keystrokes`: replay typing real files through `specls serve` over stdio, as an editor does.
+
+The client is pygls's `LanguageClient` talking JSON-RPC to a `specls serve` subprocess. For each file a
+region of `--chars` characters is cut out (by default from held-out stdlib files, at the cursor rule of
+`bench.prompts`) and typed back one keystroke at a time at the cursor: an incremental `didChange`, then a
+`textDocument/inlineCompletion` request; the previous request, if still unanswered, is cancelled with
+`$/cancelRequest` first (what VS Code does on every keystroke). A newline and the indentation after it are
+one keystroke (editors auto-indent). Cadence: uniform 60-120 ms between keystrokes, plus a 300-900 ms pause
+after each line end; seeded, so runs replay the same typing.
+
+Measured on the client: keystroke -> answer and keystroke -> non-empty suggestion latency, how often the
+text typed next matched the suggestion. Read from the server's `specls/stats`: typed-ahead hits, KV prefix
+reuse, tokens generated, and cancel -> engine idle (the engine's own clock from a cancel to the worker
+being free again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import random
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.metrics import percentile
+
+URI_ROOT = "file:///bench"
+
+
+@dataclass
+class KeystrokeConfig:
+    files: tuple[Path, ...] = ()  # empty: held-out stdlib files
+    count: int = 3  # held-out files to type when `files` is empty
+    chars: int = 300  # characters typed per file
+    backend: str = "local"
+    target: str | None = None
+    draft: str | None = None
+    device: str | None = None
+    endpoint: str | None = None
+    remote_model: str | None = None
+    min_gap_ms: float = 60
+    max_gap_ms: float = 120
+    line_pause_ms: tuple[float, float] = (300, 900)
+    seed: int = 0
+    settings: dict[str, Any] = field(default_factory=dict)  # initializationOptions for the server
+    out: Path = Path("bench/results")
+    tag: str = "cpu"
+    timeout_s: float = 300  # for loading the model and for the last answer of each file
+
+
+@dataclass
+class Region:
+    name: str
+    text: str  # the whole file as it will be once typed
+    start: int  # where typing starts
+    end: int  # where it stops
+
+
+@dataclass
+class Keystroke:
+    file: str
+    index: int  # keystroke number within the file
+    offset: int  # cursor after the keystroke, in the final text
+    typed: str
+    sent_at: float
+    answered_at: float | None = None
+    outcome: str = "pending"  # "suggestion" | "empty" | "cancelled" | "error" | "pending"
+    suggestion: str = ""
+    suggestion_id: str = ""
+    matched_chars: int = 0  # how much of the suggestion the user typed next
+    generation_text: str = ""  # the generation's text up to the end of this suggestion (typed-ahead + shown)
+
+    @property
+    def latency_ms(self) -> float | None:
+        return None if self.answered_at is None else (self.answered_at - self.sent_at) * 1000
+
+
+def keystrokes_of(text: str) -> list[str]:
+    """Split typed text into keystrokes: one character each, except a newline takes its indentation along."""
+    strokes: list[str] = []
+    index = 0
+    while index < len(text):
+        if text[index] == "\n":
+            end = index + 1
+            while end < len(text) and text[end] in " \t":
+                end += 1
+            strokes.append(text[index:end])
+            index = end
+        else:
+            strokes.append(text[index])
+            index += 1
+    return strokes
+
+
+def gap_after(stroke: str, rng: random.Random, config: KeystrokeConfig) -> float:
+    """Seconds to wait after a keystroke: 60-120 ms, plus a pause at a line end."""
+    gap = rng.uniform(config.min_gap_ms, config.max_gap_ms)
+    if stroke.startswith("\n"):
+        gap += rng.uniform(*config.line_pause_ms)
+    return gap / 1000
+
+
+def matched_prefix(suggestion: str, upcoming: str) -> int:
+    """Characters of `suggestion` that the user goes on to type (common prefix with what follows)."""
+    count = 0
+    for a, b in zip(suggestion, upcoming, strict=False):
+        if a != b:
+            break
+        count += 1
+    return count
+
+
+def utf16_position(text: str, offset: int) -> tuple[int, int]:
+    line = text.count("\n", 0, offset)
+    line_start = text.rfind("\n", 0, offset) + 1
+    return line, len(text[line_start:offset].encode("utf-16-le")) // 2
+
+
+def default_regions(config: KeystrokeConfig) -> list[Region]:
+    from bench.prompts import cursor_in, held_out_files
+
+    sources = (
+        [(str(path), path.read_text(encoding="utf-8", errors="replace")) for path in config.files]
+        if config.files
+        else held_out_files()
+    )
+    regions: list[Region] = []
+    for name, text in sources:
+        if not config.files and len(regions) >= config.count:
+            break
+        found = cursor_in(text)
+        if found is None:
+            if config.files:
+                raise ValueError(f"{name}: too short to replay (needs at least 40 lines)")
+            continue
+        _, start, _ = found
+        start = text.rfind("\n", 0, start) + 1  # from the start of the cursor line
+        regions.append(Region(name, text, start, min(len(text), start + config.chars)))
+    return regions
+
+
+def plain(value: Any) -> Any:
+    """pygls hands untyped results over as namedtuples; turn them into dicts and lists."""
+    if hasattr(value, "_asdict"):
+        return {key: plain(item) for key, item in value._asdict().items()}
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(item) for item in value]
+    return value
+
+
+def serve_command(config: KeystrokeConfig, log_file: Path) -> list[str]:
+    command = [sys.executable, "-m", "lsp_server.cli", "serve", "--backend", config.backend]
+    for flag, value in (
+        ("--target", config.target),
+        ("--draft", config.draft),
+        ("--device", config.device),
+        ("--endpoint", config.endpoint),
+        ("--model", config.remote_model),
+    ):
+        if value:
+            command += [flag, value]
+    return command + ["--log-file", str(log_file), "--log-level", "WARNING"]
+
+
+class ReplayClient:
+    """An editor stand-in: one document at a time, requests on every keystroke, cancelling the previous one."""
+
+    def __init__(self, config: KeystrokeConfig) -> None:
+        from pygls.lsp.client import LanguageClient
+
+        self.config = config
+        self.client = LanguageClient("specls-bench", "1")
+        self.statuses: list[dict[str, Any]] = []
+        self.messages: list[str] = []
+        self.client.feature("specls/status")(lambda params: self.statuses.append(plain(params)))
+        for method in ("window/logMessage", "window/showMessage"):
+            self.client.feature(method)(
+                lambda params: self.messages.append(str(getattr(params, "message", "")))
+            )
+        self._stderr_task: asyncio.Task[None] | None = None
+
+    async def start(self, log_file: Path) -> None:
+        from lsprotocol import types
+
+        command = serve_command(self.config, log_file)
+        await self.client.start_io(command[0], *command[1:])
+        server = self.client._server
+        if server is not None and server.stderr is not None:  # drain it, or a chatty server blocks
+            self._stderr_task = asyncio.create_task(self._drain(server.stderr))
+        await asyncio.wait_for(
+            self.client.initialize_async(
+                types.InitializeParams(
+                    capabilities=types.ClientCapabilities(),
+                    initialization_options=self.config.settings or None,
+                )
+            ),
+            60,
+        )
+        self.client.initialized(types.InitializedParams())
+        deadline = time.monotonic() + self.config.timeout_s
+        while time.monotonic() < deadline:
+            states = [status.get("state") for status in self.statuses]
+            if "error" in states:
+                raise RuntimeError(
+                    f"the server failed to load its backend: {self.statuses[-1].get('message')}"
+                )
+            if "ready" in states:
+                return
+            await asyncio.sleep(0.05)
+        raise TimeoutError("the server did not become ready")
+
+    @staticmethod
+    async def _drain(stream: asyncio.StreamReader) -> None:
+        while await stream.read(65536):
+            pass
+
+    async def stats(self) -> dict[str, Any]:
+        result = await asyncio.wait_for(self.client.protocol.send_request_async("specls/stats", {}), 30)
+        return dict(plain(result))
+
+    async def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.client.shutdown_async(None), 15)
+            self.client.exit(None)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.client.stop(), 15)
+        if self._stderr_task is not None:
+            self._stderr_task.cancel()
+
+    async def replay(self, region: Region, rng: random.Random, on_key: Any = None) -> list[Keystroke]:
+        from lsprotocol import types
+
+        uri = f"{URI_ROOT}/{region.name.lstrip('/')}"
+        final = region.text
+        document = final[: region.start] + final[region.end :]
+        version = 1
+        self.client.text_document_did_open(
+            types.DidOpenTextDocumentParams(types.TextDocumentItem(uri, "python", version, document))
+        )
+        cursor = region.start  # in both `document` and `final`: the text before it is the same
+        pending: tuple[str, Keystroke, asyncio.Future[Any]] | None = None
+        keys: list[Keystroke] = []
+        for index, stroke in enumerate(keystrokes_of(final[region.start : region.end])):
+            line, character = utf16_position(document, cursor)
+            at = types.Position(line, character)
+            document = document[:cursor] + stroke + document[cursor:]
+            cursor += len(stroke)
+            version += 1
+            if pending is not None and not pending[2].done():
+                self.client.protocol.notify("$/cancelRequest", types.CancelParams(id=pending[0]))
+            self.client.text_document_did_change(
+                types.DidChangeTextDocumentParams(
+                    types.VersionedTextDocumentIdentifier(version, uri),
+                    [types.TextDocumentContentChangePartial(types.Range(at, at), stroke)],
+                )
+            )
+            key = Keystroke(region.name, index, cursor, stroke, time.monotonic())
+            pending = self._request(uri, document, cursor, key, final)
+            keys.append(key)
+            if on_key is not None:
+                on_key()
+            await asyncio.sleep(gap_after(stroke, rng, self.config))
+        if pending is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(pending[2]), self.config.timeout_s)
+        self.client.text_document_did_close(
+            types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri))
+        )
+        return keys
+
+    def _request(
+        self, uri: str, document: str, cursor: int, key: Keystroke, final: str
+    ) -> tuple[str, Keystroke, asyncio.Future[Any]]:
+        from lsprotocol import types
+
+        line, character = utf16_position(document, cursor)
+        params = types.InlineCompletionParams(
+            context=types.InlineCompletionContext(types.InlineCompletionTriggerKind.Automatic),
+            text_document=types.TextDocumentIdentifier(uri),
+            position=types.Position(line, character),
+        )
+        msg_id = str(uuid.uuid4())
+        future = asyncio.wrap_future(
+            self.client.protocol.send_request("textDocument/inlineCompletion", params, msg_id=msg_id)
+        )
+
+        def done(fut: asyncio.Future[Any]) -> None:
+            key.answered_at = time.monotonic()
+            if fut.cancelled() or fut.exception() is not None:
+                error = "" if fut.cancelled() else str(fut.exception())
+                key.outcome = "cancelled" if fut.cancelled() or "cancel" in error.lower() else "error"
+                key.answered_at = None if key.outcome == "cancelled" else key.answered_at
+                return
+            result = fut.result()
+            items = getattr(result, "items", result) or []
+            if not items:
+                key.outcome = "empty"
+                return
+            item = items[0]
+            key.outcome = "suggestion"
+            key.suggestion = item.insert_text if isinstance(item.insert_text, str) else item.insert_text.value
+            if item.command is not None and item.command.arguments:
+                key.suggestion_id = str(item.command.arguments[0])
+            key.matched_chars = matched_prefix(key.suggestion, final[cursor:])
+            typed_into = key.suggestion_id.partition("+")[2]  # "<generation>+<chars typed since its cursor>"
+            already = int(typed_into) if typed_into.isdigit() else 0
+            key.generation_text = final[cursor - already : cursor] + key.suggestion
+
+        future.add_done_callback(done)
+        return msg_id, key, future
+
+
+def summarize(keys: list[Keystroke], before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Client-side latencies and matches, and the server's counters over the run (after - before)."""
+    answered = [
+        k.latency_ms for k in keys if k.outcome in ("suggestion", "empty") and k.latency_ms is not None
+    ]
+    suggested = [k for k in keys if k.outcome == "suggestion"]
+    latency = [k.latency_ms for k in suggested if k.latency_ms is not None]
+
+    def pcts(values: list[float]) -> dict[str, float | None]:
+        return {f"p{p}": percentile(values, p) for p in (50, 95, 99)} | {"count": len(values)}
+
+    # Every keystroke, a cancelled request counting as "no suggestion before the next keystroke" (infinite):
+    # percentiles over answered requests alone would hide the slow ones that typing overtook.
+    every = [
+        k.latency_ms if k.outcome == "suggestion" and k.latency_ms is not None else math.inf for k in keys
+    ]
+    outcomes: dict[str, int] = {}
+    for key in keys:
+        outcomes[key.outcome] = outcomes.get(key.outcome, 0) + 1
+
+    def delta(name: str) -> int:
+        return int(after.get("engine_totals", {}).get(name, 0)) - int(
+            before.get("engine_totals", {}).get(name, 0)
+        )
+
+    requests = after.get("requests", 0) - before.get("requests", 0)
+    prompt_tokens = delta("prompt_tokens")
+    cancel_idle = after.get("cancel_to_idle_ms", [])[len(before.get("cancel_to_idle_ms", [])) :]
+    return {
+        "keystrokes": len(keys),
+        "outcomes": outcomes,
+        "keystroke_to_suggestion_ms": pcts(latency),
+        "keystroke_to_answer_ms": pcts(answered),
+        # None where the percentile falls on keystrokes that never got a suggestion in time.
+        "keystroke_to_suggestion_all_keystrokes_ms": {
+            name: None if value is None or math.isinf(value) else value for name, value in pcts(every).items()
+        },
+        "suggestion_before_next_keystroke": len(suggested) / len(keys) if keys else None,
+        "typed_next_matched_suggestion": {
+            "exact": sum(k.matched_chars == len(k.suggestion) for k in suggested) / len(suggested)
+            if suggested
+            else None,
+            "first_char": sum(k.matched_chars > 0 for k in suggested) / len(suggested) if suggested else None,
+            "mean_fraction": sum(k.matched_chars / len(k.suggestion) for k in suggested) / len(suggested)
+            if suggested
+            else None,
+        },
+        "server": {
+            "requests": requests,
+            "generations": after.get("generations", 0) - before.get("generations", 0),
+            "cancelled_generations": after.get("cancelled_generations", 0)
+            - before.get("cancelled_generations", 0),
+            "typed_ahead_hits": after.get("typed_ahead_hits", 0) - before.get("typed_ahead_hits", 0),
+            "typed_ahead_hit_rate": (after.get("typed_ahead_hits", 0) - before.get("typed_ahead_hits", 0))
+            / requests
+            if requests
+            else None,
+            "kv_prefix_reuse": delta("reused_prompt_tokens") / prompt_tokens if prompt_tokens else None,
+            "generated_tokens": delta("new_tokens"),
+            "target_forwards": delta("target_forwards"),
+            "cancel_to_idle_ms": pcts(cancel_idle) | {"max": max(cancel_idle) if cancel_idle else None},
+        },
+    }
+
+
+async def run_keystrokes_async(config: KeystrokeConfig, progress: bool = True) -> dict[str, Any]:
+    from tqdm import tqdm
+
+    regions = default_regions(config)
+    if not regions:
+        raise RuntimeError("no files to replay")
+    config.out.mkdir(parents=True, exist_ok=True)
+    log_file = config.out / f"keystrokes-{config.tag}.server.log"
+    client = ReplayClient(config)
+    rng = random.Random(config.seed)
+    total = sum(len(keystrokes_of(r.text[r.start : r.end])) for r in regions)
+    keys: list[Keystroke] = []
+    try:
+        await client.start(log_file)
+        before = await client.stats()
+        with tqdm(total=total, desc="keystrokes", unit="key", disable=not progress) as bar:
+            for region in regions:
+                keys += await client.replay(region, rng, on_key=lambda: bar.update(1))
+        await asyncio.sleep(0.5)  # let the last cancel->idle record arrive
+        after = await client.stats()
+    finally:
+        await client.stop()
+    summary = summarize(keys, before, after)
+    summary["wasted_tokens"] = wasted_tokens(config, keys, summary["server"]["generated_tokens"])
+    return {
+        "benchmark": "keystrokes",
+        "config": {**asdict(config), "out": str(config.out), "files": [str(p) for p in config.files]},
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "regions": [{"name": r.name, "start": r.start, "chars": r.end - r.start} for r in regions],
+        "server_info": {
+            "last_status": client.statuses[-1] if client.statuses else None,
+            "messages": client.messages,
+        },
+        "summary": summary,
+        "goals": {"p50_ms": 50, "p95_ms": 150},
+        "keystrokes": [asdict(k) | {"latency_ms": k.latency_ms} for k in keys],
+    }
+
+
+def wasted_tokens(config: KeystrokeConfig, keys: list[Keystroke], generated: int) -> dict[str, Any] | None:
+    """Generated tokens whose text never appeared in a suggestion; needs the local model's tokenizer."""
+    if config.backend != "local":
+        return None
+    from transformers import AutoTokenizer
+
+    from engine.models import resolve_model_path
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(config.target, "target").location)
+    shown: dict[str, str] = {}  # per generation, the longest text of it that a suggestion displayed
+    for key in keys:
+        if key.outcome == "suggestion":
+            generation = key.suggestion_id.partition("+")[0]
+            if len(key.generation_text) > len(shown.get(generation, "")):
+                shown[generation] = key.generation_text
+    shown_tokens = sum(len(tokenizer.encode(text, add_special_tokens=False)) for text in shown.values())
+    return {
+        "generated": generated,
+        "shown_estimate": shown_tokens,
+        "wasted_estimate": max(0, generated - shown_tokens),
+        "wasted_fraction": max(0, generated - shown_tokens) / generated if generated else None,
+    }
+
+
+def run_keystrokes(config: KeystrokeConfig, progress: bool = True) -> dict[str, Any]:
+    return asyncio.run(run_keystrokes_async(config, progress))
+
+
+def write_report(result: dict[str, Any], out: Path, tag: str) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"keystrokes-{tag}"
+    json_path = stem.with_suffix(".json")
+    json_path.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
+    md_path = stem.with_suffix(".md")
+    md_path.write_text(markdown_report(result), encoding="utf-8")
+    png_path = stem.with_suffix(".png")
+    plot_cdf(result, png_path)
+    return [json_path, md_path, png_path]
+
+
+def _ms(value: float | None, never: bool = False) -> str:
+    if value is None:
+        return "never" if never else "-"
+    return f"{value:.1f} ms"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def markdown_report(result: dict[str, Any]) -> str:
+    s, config = result["summary"], result["config"]
+    server = s["server"]
+    lat, ans, idle = s["keystroke_to_suggestion_ms"], s["keystroke_to_answer_ms"], server["cancel_to_idle_ms"]
+    every = s["keystroke_to_suggestion_all_keystrokes_ms"]
+    matched = s["typed_next_matched_suggestion"]
+    wasted = s.get("wasted_tokens")
+    lines = [
+        f"# Keystroke replay ({config['tag']})\n",
+        f"{result['date_utc']}; backend `{config['backend']}`; {len(result['regions'])} files x "
+        f"{config['chars']} characters, {s['keystrokes']} keystrokes at {config['min_gap_ms']:.0f}-"
+        f"{config['max_gap_ms']:.0f} ms (+{config['line_pause_ms'][0]:.0f}-{config['line_pause_ms'][1]:.0f} ms at "
+        f"line ends), seed {config['seed']}.\n",
+        "| measure | value | goal |",
+        "|---|---|---|",
+        f"| keystroke -> suggestion p50 | {_ms(lat['p50'])} | <= 50 ms |",
+        f"| keystroke -> suggestion p95 | {_ms(lat['p95'])} | <= 150 ms |",
+        f"| keystroke -> suggestion p99 | {_ms(lat['p99'])} | |",
+        f"| keystroke -> suggestion over all keystrokes (none before the next key = never) p50 / p95 | "
+        f"{_ms(every['p50'], never=True)} / {_ms(every['p95'], never=True)} | |",
+        f"| keystroke -> any answer p50 / p95 / p99 | {_ms(ans['p50'])} / {_ms(ans['p95'])} / {_ms(ans['p99'])} | |",
+        f"| keystrokes answered with a suggestion before the next one | "
+        f"{_pct(s['suggestion_before_next_keystroke'])} | |",
+        f"| outcomes | {', '.join(f'{k}: {v}' for k, v in sorted(s['outcomes'].items()))} | |",
+        f"| cancel -> engine idle p50 / p95 / max | {_ms(idle['p50'])} / {_ms(idle['p95'])} / {_ms(idle['max'])}"
+        f" ({idle['count']} cancels) | within one round |",
+        f"| typed-ahead hit rate (requests served from a running or finished generation) | "
+        f"{_pct(server['typed_ahead_hit_rate'])} | |",
+        f"| KV prefix reuse (prompt tokens not recomputed) | {_pct(server['kv_prefix_reuse'])} | |",
+        f"| generations / cancelled | {server['generations']} / {server['cancelled_generations']} | |",
+        f"| generated tokens / wasted (never shown, estimate) | {server['generated_tokens']} / "
+        f"{wasted['wasted_estimate'] if wasted else '-'} ({_pct(wasted['wasted_fraction']) if wasted else '-'}) | |",
+        f"| next typed text matched the suggestion: whole / first char / mean fraction | "
+        f"{_pct(matched['exact'])} / {_pct(matched['first_char'])} / {_pct(matched['mean_fraction'])} | |",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def plot_cdf(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = result["keystrokes"]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for label, outcomes in (
+        ("keystroke -> suggestion", ("suggestion",)),
+        ("keystroke -> any answer", ("suggestion", "empty")),
+    ):
+        values = sorted(
+            k["latency_ms"] for k in keys if k["outcome"] in outcomes and k["latency_ms"] is not None
+        )
+        if values:
+            ax.step(values, [(i + 1) / len(values) for i in range(len(values))], where="post", label=label)
+    ax.axvline(50, color="#55a868", linestyle="--", linewidth=1, label="p50 goal 50 ms")
+    ax.axvline(150, color="#c44e52", linestyle="--", linewidth=1, label="p95 goal 150 ms")
+    ax.set_xscale("log")
+    ax.set_xlabel("latency (ms, log scale)")
+    ax.set_ylabel("fraction of requests")
+    ax.set_title(f"specls keystroke replay, backend {result['config']['backend']}")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
