@@ -172,3 +172,60 @@ def test_line_view_prints_fresh_suggestions_once() -> None:
     printed = out.getvalue()
     assert printed.count("ghost @") == 2 and "compute(1)" in printed and "pare()" in printed
     assert "   1 | x = compute(1)" in printed
+
+
+def _screen(stream: str, rows: int = 12) -> list[str]:
+    """The visible text after `stream`, for the few escape codes the live view uses (a tiny terminal)."""
+    import re
+
+    screen = [""] * rows
+    row = col = 0
+    for token in re.findall(r"\x1b\[[0-9;]*[A-Za-z]|.", stream, re.DOTALL):
+        if token == "\r":
+            col = 0
+        elif token == "\n":
+            row += 1
+            if row == rows:  # scroll
+                screen, row = [*screen[1:], ""], rows - 1
+        elif token == "\x1b[2K":
+            screen[row] = ""
+        elif token == "\x1b[1A":
+            row = max(0, row - 1)
+        elif token.startswith("\x1b["):
+            continue  # colours
+        else:
+            line = screen[row].ljust(col)
+            screen[row] = line[:col] + token + line[col + 1 :]
+            col += 1
+    return [line.rstrip() for line in screen]
+
+
+def test_live_view_redraws_the_line_ghost_and_status_in_place() -> None:
+    import io
+
+    from lsp_server.demo.view import LiveView
+
+    out = io.StringIO()
+    view = LiveView(out)
+    source = "import os\nvalue = os.getcwd()\n"
+    for cursor in range(1, len("import os\nvalue = os.") + 1):
+        view.keystroke(source[:cursor], cursor, None)
+    event = _event(5, cursor, 42.0, "getcwd()\nprint(value)", "line")
+    view.server_stats(
+        LiveStats(
+            draft_acceptance=0.75,
+            tokens_per_forward=3.0,
+            cancelled_generations=2,
+            generations=9,
+            typed_ahead_hits=4,
+            requests=20,
+        )
+    )
+    view.answer(event, "getcwd()\nprint(value)", source)
+    screen = [line for line in _screen(out.getvalue()) if line]
+    assert screen[0] == "import os"  # finished lines stay, once
+    assert screen[1] == "value = os.getcwd()⏎print(value)"  # the ghost after the cursor
+    assert screen[2].startswith("  42 ms | typed next: line | drafts accepted 75% | 3.00 tok/fwd | cancels 2")
+    assert len(screen) == 3
+    view.finish()
+    assert [line for line in _screen(out.getvalue()) if line][1] == "value = os."
