@@ -41,6 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-keystrokes", type=int, help="stop typing after this many key presses")
     parser.add_argument(
+        "--accept",
+        action="store_true",
+        help="take ghost text that matches what comes next with one key press (Tab / accept-word)",
+    )
+    parser.add_argument(
         "--speedup-samples",
         type=int,
         default=6,
@@ -58,11 +63,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--device", help="auto, cpu, cuda, ... (default: auto)")
     model.add_argument("--endpoint", help="OpenAI-compatible base URL (with --backend openai)")
     model.add_argument("--model", dest="remote_model", help="model name at the endpoint")
+    model.add_argument(
+        "--fake-rules", help="with --backend fake: its JSON rules file (tests, client development)"
+    )
+    model.add_argument("--fake-token-delay-ms", help="with --backend fake: delay per generated token")
 
 
 def server_args(args: argparse.Namespace) -> list[str]:
     flags = [("--backend", args.backend), ("--target", args.target), ("--draft", args.draft)]
     flags += [("--device", args.device), ("--endpoint", args.endpoint), ("--model", args.remote_model)]
+    flags += [("--fake-rules", args.fake_rules), ("--fake-token-delay-ms", args.fake_token_delay_ms)]
     return [part for flag, value in flags if value is not None for part in (flag, value)]
 
 
@@ -107,7 +117,7 @@ async def _demo(
     args: argparse.Namespace, path: Path, source: str, ms_per_char: float, plain: bool
 ) -> dict[str, Any]:
     from lsp_server.demo.client import ServerSession
-    from lsp_server.demo.keystrokes import Cadence
+    from lsp_server.demo.keystrokes import Cadence, plan_keystrokes
     from lsp_server.demo.replay import LiveStats, Replay, measure_speedup, pick_offsets
     from lsp_server.demo.summary import build_summary, format_summary
     from lsp_server.demo.view import LineView, LiveView
@@ -132,9 +142,11 @@ async def _demo(
             view,
             max_keystrokes=args.max_keystrokes,
             seed=args.seed,
+            accept=args.accept,
         )
         out.write(
-            f"typing {path.name}: {len(replay.keys)} key presses at {1000 / ms_per_char:.0f} chars/s; "
+            f"typing {path.name}: {replay.planned} key presses at {1000 / ms_per_char:.0f} chars/s"
+            f"{', taking matching ghost text' if args.accept else ''}; "
             "grey text is the suggestion at the cursor\n\n"
         )
         events = await replay.run()
@@ -147,7 +159,9 @@ async def _demo(
             )
             out.flush()
             speedup = await measure_speedup(session, source, offsets, language_id, path.name)
-        summary = build_summary(events, LiveStats.from_server(replay.last_stats), speedup)
+        typed = events[-1].offset if events else 0
+        plain_presses = len(plan_keystrokes(source[:typed]))
+        summary = build_summary(events, LiveStats.from_server(replay.last_stats), speedup, plain_presses)
         out.write("\n" + "\n".join(format_summary(summary)) + "\n")
         out.flush()
         return summary

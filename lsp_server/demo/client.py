@@ -160,6 +160,11 @@ class ServerSession:
 
     async def inline_completion(self, uri: str, offset: int) -> str:
         """The ghost text the server suggests at `offset` ("" for an empty answer)."""
+        text, _ = await self.inline_item(uri, offset)
+        return text
+
+    async def inline_item(self, uri: str, offset: int) -> tuple[str, str | None]:
+        """The suggestion at `offset` and its id (the argument of its `specls.accept` command)."""
         line, character = position_of(self.texts[uri], offset)
         params = types.InlineCompletionParams(
             context=types.InlineCompletionContext(types.InlineCompletionTriggerKind.Automatic),
@@ -167,10 +172,25 @@ class ServerSession:
             position=types.Position(line, character),
         )
         result = await self.client.text_document_inline_completion_async(params)
-        if isinstance(result, types.InlineCompletionList) and result.items:
-            text = result.items[0].insert_text
-            return text if isinstance(text, str) else text.value
-        return ""
+        if not isinstance(result, types.InlineCompletionList) or not result.items:
+            return "", None
+        item = result.items[0]
+        text = item.insert_text if isinstance(item.insert_text, str) else item.insert_text.value
+        arguments = item.command.arguments if item.command is not None else None
+        return text, str(arguments[0]) if arguments else None
+
+    def accepted(self, uri: str, suggestion_id: str, length: int, whole: bool) -> None:
+        """Tell the server the user took the suggestion (all of it: its command; a part: a notification)."""
+        if whole:
+            self.client.protocol.send_request(
+                types.WORKSPACE_EXECUTE_COMMAND,
+                types.ExecuteCommandParams(command="specls.accept", arguments=[suggestion_id]),
+            )
+        else:
+            self.client.protocol.notify(
+                "specls/didPartiallyAccept",
+                {"uri": uri, "suggestionId": suggestion_id, "acceptedLength": length},
+            )
 
     async def stats(self) -> dict[str, Any]:
         result = await self.client.protocol.send_request_async("specls/stats", {})

@@ -43,23 +43,39 @@ class Cadence:
         return max(0.0, self.ms_per_char * factor / 1000.0)
 
 
+def next_keystroke(source: str, cursor: int) -> str:
+    """What the next key press at `cursor` inserts: one character, except that Enter also brings the next
+    line's indentation (editors auto-indent)."""
+    if source[cursor] != "\n":
+        return source[cursor]
+    end = cursor + 1
+    while end < len(source) and source[end] in " \t":
+        end += 1
+    return source[cursor:end]
+
+
 def plan_keystrokes(source: str) -> list[str]:
-    """Split `source` into what one key press inserts. Enter also brings the next line's indentation (editors
-    auto-indent); every other character is its own key press. Joining the result gives `source` back."""
+    """Every key press that types `source`; joining them gives `source` back."""
     keys: list[str] = []
-    index = 0
-    while index < len(source):
-        char = source[index]
-        if char == "\n":
-            end = index + 1
-            while end < len(source) and source[end] in " \t":
-                end += 1
-            keys.append(source[index:end])
-            index = end
-        else:
-            keys.append(char)
-            index += 1
+    cursor = 0
+    while cursor < len(source):
+        keys.append(next_keystroke(source, cursor))
+        cursor += len(keys[-1])
     return keys
+
+
+def _word_char(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
+def accepted_length(ghost: str, upcoming: str) -> int:
+    """How much of the ghost text a user who means to type `upcoming` takes with one key: all of it when it
+    all matches (Tab), else the matching whole words (accept-word). Under 3 characters it is not worth it."""
+    matched = matched_chars(ghost, upcoming)
+    if matched < len(ghost):  # accept-word never leaves half a word
+        while matched > 0 and _word_char(ghost[matched - 1]) and _word_char(ghost[matched]):
+            matched -= 1
+    return matched if matched >= 3 else 0
 
 
 def matched_chars(suggestion: str, upcoming: str) -> int:

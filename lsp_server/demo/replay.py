@@ -19,7 +19,9 @@ from lsp_server.demo.client import ServerSession
 from lsp_server.demo.keystrokes import (
     Cadence,
     MatchKind,
+    accepted_length,
     classify_match,
+    next_keystroke,
     plan_keystrokes,
     ratio,
     tokens_per_target_forward,
@@ -38,6 +40,8 @@ class KeyEvent:
     sent_at: float
     answered_at: float | None = None
     suggestion: str = ""
+    suggestion_id: str | None = None
+    accepted: int = 0  # characters this key press took from the ghost text (Tab / accept-word)
     superseded: bool = False  # answered empty after a newer key press: the server dropped it
     error: str | None = None
     match: MatchKind | None = None  # for a non-empty suggestion: how much of it was typed next
@@ -57,6 +61,8 @@ class LiveStats:
     generations: int
     typed_ahead_hits: int
     requests: int
+    accepted: int = 0  # suggestions the server counted as accepted (whole) ...
+    partially_accepted: int = 0  # ... and in part
 
     @classmethod
     def from_server(cls, stats: dict[str, Any]) -> LiveStats:
@@ -70,6 +76,8 @@ class LiveStats:
             generations=int(stats.get("generations", 0)),
             typed_ahead_hits=int(stats.get("typed_ahead_hits", 0)),
             requests=int(stats.get("requests", 0)),
+            accepted=int(stats.get("accepted", 0)),
+            partially_accepted=int(stats.get("partially_accepted", 0)),
         )
 
 
@@ -101,10 +109,12 @@ class Replay:
         view: ReplayView,
         max_keystrokes: int | None = None,
         seed: int = 0,
+        accept: bool = False,
     ) -> None:
         self.session, self.source, self.uri, self.language_id = session, source, uri, language_id
-        self.cadence, self.view = cadence, view
-        self.keys = plan_keystrokes(source)[:max_keystrokes]
+        self.cadence, self.view, self.accept = cadence, view, accept
+        self.max_keystrokes = max_keystrokes if max_keystrokes is not None else len(source)
+        self.planned = min(len(plan_keystrokes(source)), self.max_keystrokes)  # without accepting
         self.rng = random.Random(seed)
         self.events: list[KeyEvent] = []
         self.cursor = 0
@@ -117,11 +127,15 @@ class Replay:
         poller = asyncio.create_task(self._poll_stats())
         requests: list[asyncio.Task[None]] = []
         try:
-            for index, key in enumerate(self.keys):
+            while self.cursor < len(self.source) and len(self.events) < self.max_keystrokes:
+                key = next_keystroke(self.source, self.cursor)
                 await asyncio.sleep(self.cadence.delay_s(key, self.rng))
+                accepted = self._accept() if self.accept else 0
+                if accepted:
+                    key = self.source[self.cursor : self.cursor + accepted]
                 self.session.insert(self.uri, self.cursor, key)
                 self.cursor += len(key)
-                event = KeyEvent(index, self.cursor, time.monotonic())
+                event = KeyEvent(len(self.events), self.cursor, time.monotonic(), accepted=accepted)
                 self.events.append(event)
                 requests.append(asyncio.create_task(self._ask(event)))
                 self.view.keystroke(self.source[: self.cursor], self.cursor, self._ghost())
@@ -138,12 +152,22 @@ class Replay:
         self.session.close(self.uri)
         return self.events
 
+    def _accept(self) -> int:
+        """Take what the ghost text offers of what comes next (as a user pressing Tab would); tell the server."""
+        ghost = self._ghost()
+        if ghost is None or self.shown is None or self.shown.suggestion_id is None:
+            return 0
+        length = accepted_length(ghost, self.source[self.cursor :])
+        if length:
+            self.session.accepted(self.uri, self.shown.suggestion_id, length, whole=length == len(ghost))
+        return length
+
     def _ghost(self) -> str | None:
         return visible_ghost(self.shown, self.source, self.cursor) if self.shown is not None else None
 
     async def _ask(self, event: KeyEvent) -> None:
         try:
-            event.suggestion = await self.session.inline_completion(self.uri, event.offset)
+            event.suggestion, event.suggestion_id = await self.session.inline_item(self.uri, event.offset)
         except Exception as exc:  # shown in the summary; the replay goes on
             event.error = f"{type(exc).__name__}: {exc}"
         event.answered_at = time.monotonic()

@@ -14,7 +14,10 @@ def _round(value: float | None, digits: int = 2) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def build_summary(events: Sequence[KeyEvent], server: LiveStats, speedup: Speedup | None) -> dict[str, Any]:
+def build_summary(
+    events: Sequence[KeyEvent], server: LiveStats, speedup: Speedup | None, plain_presses: int | None = None
+) -> dict[str, Any]:
+    """`plain_presses`: the key presses the same text takes without accepting any ghost text."""
     answered = [event for event in events if event.latency_ms is not None and event.error is None]
     latencies = [event.latency_ms for event in answered if event.latency_ms is not None]
     with_text = [event for event in answered if event.suggestion]
@@ -26,6 +29,10 @@ def build_summary(events: Sequence[KeyEvent], server: LiveStats, speedup: Speedu
         "errors": sum(event.error is not None for event in events),
         "suggestions": len(with_text),
         "superseded": sum(event.superseded for event in events),
+        "typed_chars": events[-1].offset if events else 0,
+        "accepts": sum(event.accepted > 0 for event in events),
+        "accepted_chars": sum(event.accepted for event in events),
+        "key_presses_saved": _round(1 - len(events) / plain_presses, 4) if plain_presses else None,
         "latency_ms": {
             "p50": _round(percentile(latencies, 0.5)),
             "p95": _round(percentile(latencies, 0.95)),
@@ -42,6 +49,8 @@ def build_summary(events: Sequence[KeyEvent], server: LiveStats, speedup: Speedu
             "generations": server.generations,
             "cancelled_generations": server.cancelled_generations,
             "typed_ahead_hits": server.typed_ahead_hits,
+            "accepted": server.accepted,
+            "partially_accepted": server.partially_accepted,
             "typed_ahead_rate": _round(ratio(server.typed_ahead_hits, server.requests), 4),
             "draft_acceptance": _round(server.draft_acceptance, 4),
             "tokens_per_target_forward": _round(server.tokens_per_forward, 3),
@@ -71,10 +80,12 @@ def _percent(value: float | None) -> str:
 def format_summary(summary: dict[str, Any]) -> list[str]:
     latency, with_text = summary["latency_ms"], summary["suggestion_latency_ms"]
     matches, server = summary["matches"], summary["server"]
-    tokens_per_forward = server["tokens_per_target_forward"]
+    acceptance, tokens_per_forward = server["draft_acceptance"], server["tokens_per_target_forward"]
+    drafts = "none proposed" if acceptance is None else f"{_percent(acceptance)} accepted"
+    per_forward = "n/a" if tokens_per_forward is None else f"{tokens_per_forward:.2f}"
     lines = [
         "summary",
-        f"  keystrokes            {summary['keystrokes']} ({summary['answered']} answered, "
+        f"  key presses           {summary['keystrokes']} ({summary['answered']} answered, "
         f"{summary['suggestions']} with ghost text, {summary['errors']} errors)",
         f"  latency               p50 {_ms(latency['p50'])}, p95 {_ms(latency['p95'])} "
         f"(with ghost text: p50 {_ms(with_text['p50'])}, p95 {_ms(with_text['p95'])})",
@@ -83,11 +94,16 @@ def format_summary(summary: dict[str, Any]) -> list[str]:
         f"miss {matches['miss']})",
         f"  served from typing    {_percent(server['typed_ahead_rate'])} of requests answered from an earlier "
         "suggestion the typing agreed with (no model call)",
-        f"  drafts                {_percent(server['draft_acceptance'])} accepted, "
-        f"{'n/a' if tokens_per_forward is None else f'{tokens_per_forward:.2f}'} tokens per target forward",
+        f"  drafts                {drafts}, {per_forward} tokens per target forward",
         f"  cancels               {server['cancelled_generations']} of {server['generations']} generations "
         f"stopped by newer typing; {summary['superseded']} requests superseded",
     ]
+    if summary["accepts"]:
+        lines.insert(
+            4,
+            f"  accepted ghost text   {summary['accepts']} times, {summary['accepted_chars']} of "
+            f"{summary['typed_chars']} characters; {_percent(summary['key_presses_saved'])} fewer key presses",
+        )
     speedup = summary.get("speedup")
     if speedup is None:
         lines.append("  speed-up              not measured")

@@ -150,3 +150,41 @@ def test_doctor_passes_on_a_working_pair_and_gets_a_completion(pair_args: list[s
     assert "ok    tokenizers: target and draft share one vocabulary" in result.stdout
     assert "ok    server: started and loaded in" in result.stdout or "warn  server:" in result.stdout
     assert "FAIL" not in result.stdout
+
+
+def test_demo_accepts_matching_ghost_text(tmp_path: Path) -> None:
+    """With a scripted backend that knows the file, accepting ghost text types most of it in two presses."""
+    source = tmp_path / "area.py"
+    source.write_text(SHORT_FILE, encoding="utf-8")
+    rules = tmp_path / "rules.json"
+    rules.write_text(
+        json.dumps(
+            [["def area(", "width, height):\n    return width * height\n"], ["print(", "area(3, 4))\n"]]
+        )
+    )
+    summary_path = tmp_path / "summary.json"
+    result = _specls(
+        "demo",
+        "--backend",
+        "fake",
+        "--fake-rules",
+        str(rules),
+        "--file",
+        str(source),
+        "--speed",
+        "25",
+        "--accept",
+        "--summary-json",
+        str(summary_path),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    assert summary["typed_chars"] == len(SHORT_FILE)
+    assert summary["accepts"] >= 1 and summary["accepted_chars"] >= len("area(3, 4))")
+    assert summary["keystrokes"] < len(SHORT_FILE) - 4 and summary["key_presses_saved"] > 0
+    assert summary["matches"]["full"] >= 1 and summary["typed_ahead_hit_rate"] > 0
+    # The server heard about each accept: whole ones as its command, parts as a notification.
+    server = summary["server"]
+    assert server["accepted"] + server["partially_accepted"] == summary["accepts"]
+    assert "accepted ghost text" in result.stdout and "fewer key presses" in result.stdout
+    assert "speed-up              not measured" in result.stdout  # a scripted backend has nothing to time

@@ -8,6 +8,7 @@ import pytest
 
 from lsp_server.demo.keystrokes import (
     Cadence,
+    accepted_length,
     classify_match,
     matched_chars,
     parse_speed,
@@ -41,6 +42,21 @@ def test_plan_keystrokes_joins_back_and_enter_brings_indentation() -> None:
     assert "\n    " in keys  # Enter plus the auto-indent of the next line
     assert all(len(key) == 1 for key in keys if not key.startswith("\n"))
     assert keys.count("\n") == 3  # end of "return x", the blank line, the last line
+
+
+@pytest.mark.parametrize(
+    ("ghost", "upcoming", "length"),
+    [
+        ("items.get(name)", "items.get(name)\n", 15),  # all of it matches: Tab
+        ("items.get(name)", "items.get(key)", 10),  # whole words up to the divergence: "items.get("
+        ("foo bar", "foo baz", 4),  # "foo ", never half a word
+        ("values()", "valid", 0),  # the match ends inside a word
+        ("ab", "ab", 0),  # too short to be worth a key press
+        ("x = 1", "y = 1", 0),
+    ],
+)
+def test_accepted_length(ghost: str, upcoming: str, length: int) -> None:
+    assert accepted_length(ghost, upcoming) == length
 
 
 def test_cadence_pauses_after_enter_and_is_seeded() -> None:
