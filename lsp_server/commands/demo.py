@@ -6,9 +6,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from lsp_server.demo.replay import KeyEvent, Replay
 
 SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "pantry.py"
 LANGUAGE_IDS = {
@@ -147,12 +151,12 @@ async def _demo(
         out.write(
             f"typing {path.name}: {replay.planned} key presses at {1000 / ms_per_char:.0f} chars/s"
             f"{', taking matching ghost text' if args.accept else ''}; "
-            "grey text is the suggestion at the cursor\n\n"
+            "grey text is the suggestion at the cursor; Ctrl-C stops early with a summary\n\n"
         )
-        events = await replay.run()
+        events = await _run_interruptibly(replay, out)
         view.finish()
         speedup = None
-        if args.speedup_samples > 0 and args.backend == "local":
+        if args.speedup_samples > 0 and args.backend == "local" and not replay.stopped_early:
             offsets = pick_offsets(events, args.speedup_samples)
             out.write(
                 f"\nmeasuring the speed-up on {len(offsets)} of the prompts above (plain vs speculative) ...\n"
@@ -167,3 +171,22 @@ async def _demo(
         return summary
     finally:
         await session.stop()
+
+
+async def _run_interruptibly(replay: Replay, out: TextIO) -> list[KeyEvent]:
+    """The first Ctrl-C stops the typing and still prints the summary; a second one quits at once."""
+    loop = asyncio.get_running_loop()
+
+    def first_interrupt() -> None:
+        loop.remove_signal_handler(signal.SIGINT)
+        out.write("\n(stopping: Ctrl-C again quits without a summary)\n")
+        replay.stop_typing()
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, first_interrupt)
+    except (NotImplementedError, RuntimeError):  # no signal handlers here (Windows, a worker thread)
+        return await replay.run()
+    try:
+        return await replay.run()
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)

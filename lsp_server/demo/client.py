@@ -76,7 +76,8 @@ class ServerSession:
         # Run this checkout's server even when specls is not installed into the interpreter.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
         command = serve_command(server_args)
-        await self.client.start_io(command[0], *command[1:], env=env)
+        # Its own session: a Ctrl-C in the terminal goes to the demo, which then shuts the server down itself.
+        await self.client.start_io(command[0], *command[1:], env=env, start_new_session=True)
         process = self.client._server
         if process is not None and process.stderr is not None:  # drain it, or a chatty server blocks
             self._stderr_task = asyncio.create_task(self._drain(process.stderr))

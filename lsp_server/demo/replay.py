@@ -121,13 +121,22 @@ class Replay:
         self.shown: KeyEvent | None = None  # the newest answered request with a suggestion
         self.last_stats: dict[str, Any] = {}
         self._typing_done = False
+        self.stopped_early = False
+
+    def stop_typing(self) -> None:
+        """Stop after the current key press; the answers still pending are awaited and summarised."""
+        self.stopped_early = True
 
     async def run(self) -> list[KeyEvent]:
         self.session.open(self.uri, "", self.language_id)
         poller = asyncio.create_task(self._poll_stats())
         requests: list[asyncio.Task[None]] = []
         try:
-            while self.cursor < len(self.source) and len(self.events) < self.max_keystrokes:
+            while (
+                self.cursor < len(self.source)
+                and len(self.events) < self.max_keystrokes
+                and not self.stopped_early
+            ):
                 key = next_keystroke(self.source, self.cursor)
                 await asyncio.sleep(self.cadence.delay_s(key, self.rng))
                 accepted = self._accept() if self.accept else 0

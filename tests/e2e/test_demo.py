@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -188,3 +190,31 @@ def test_demo_accepts_matching_ghost_text(tmp_path: Path) -> None:
     assert server["accepted"] + server["partially_accepted"] == summary["accepts"]
     assert "accepted ghost text" in result.stdout and "fewer key presses" in result.stdout
     assert "speed-up              not measured" in result.stdout  # a scripted backend has nothing to time
+
+
+def test_ctrl_c_stops_the_typing_and_still_prints_the_summary(tmp_path: Path) -> None:
+    summary_path = tmp_path / "summary.json"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    command = [sys.executable, "-m", "lsp_server.cli", "demo", "--backend", "fake", "--speed", "20"]
+    process = subprocess.Popen(
+        [*command, "--summary-json", str(summary_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:  # wait until it types
+            if line.startswith("typing "):
+                break
+        time.sleep(1.5)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err
+    assert "stopping" in out and "summary" in out
+    summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    assert 0 < summary["keystrokes"] < 200 and summary["answered"] == summary["keystrokes"]
