@@ -101,10 +101,14 @@ class ServerSession:
                     return status
                 if status.get("state") == "error":
                     raise ServerError(str(status.get("message")))
-            if self.client._server is not None and self.client._server.returncode is not None:
-                raise ServerError(f"the server exited{self.stderr_note()}")
+            self.check_alive()
             await asyncio.sleep(0.05)
         raise ServerError(f"the model did not load within {timeout_s:.0f} s{self.stderr_note()}")
+
+    def check_alive(self) -> None:
+        process = self.client._server
+        if process is not None and process.returncode is not None:
+            raise ServerError(f"the server exited with status {process.returncode}{self.stderr_note()}")
 
     async def stop(self) -> None:
         with contextlib.suppress(Exception):

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from lsp_server.demo.client import ServerSession
+from lsp_server.demo.client import ServerError, ServerSession
 from lsp_server.demo.keystrokes import (
     Cadence,
     MatchKind,
@@ -118,7 +118,8 @@ class Replay:
         self.rng = random.Random(seed)
         self.events: list[KeyEvent] = []
         self.cursor = 0
-        self.shown: KeyEvent | None = None  # the newest answered request with a suggestion
+        self.shown: KeyEvent | None = None  # whose suggestion is the ghost text now
+        self.newest_answer = -1  # index of the newest request whose answer an editor would display
         self.last_stats: dict[str, Any] = {}
         self._typing_done = False
         self.stopped_early = False
@@ -139,6 +140,7 @@ class Replay:
             ):
                 key = next_keystroke(self.source, self.cursor)
                 await asyncio.sleep(self.cadence.delay_s(key, self.rng))
+                self.session.check_alive()
                 accepted = self._accept() if self.accept else 0
                 if accepted:
                     key = self.source[self.cursor : self.cursor + accepted]
@@ -148,7 +150,10 @@ class Replay:
                 self.events.append(event)
                 requests.append(asyncio.create_task(self._ask(event)))
                 self.view.keystroke(self.source[: self.cursor], self.cursor, self._ghost())
-            await asyncio.wait_for(asyncio.gather(*requests), DRAIN_TIMEOUT_S)
+            try:
+                await asyncio.wait_for(asyncio.gather(*requests), DRAIN_TIMEOUT_S)
+            except TimeoutError as exc:
+                raise ServerError(f"the server left requests unanswered for {DRAIN_TIMEOUT_S:.0f} s") from exc
         finally:
             self._typing_done = True
             for task in requests:
@@ -184,8 +189,11 @@ class Replay:
         event.superseded = not event.suggestion and event.error is None and newest > event.index
         if event.suggestion:
             event.match = classify_match(event.suggestion, self.source[event.offset :])
-            if self.shown is None or event.index >= self.shown.index:
-                self.shown = event
+        # An editor shows the newest answer, and an empty one clears the ghost text, unless it only came
+        # back empty because a newer request replaced it.
+        if event.index >= self.newest_answer and (event.suggestion or not event.superseded):
+            self.newest_answer = event.index
+            self.shown = event if event.suggestion else None
         self.view.answer(event, self._ghost(), self.source)
 
     async def _poll_stats(self) -> None:
