@@ -113,7 +113,11 @@ def run(args: argparse.Namespace) -> int:
         print("\nspecls demo: interrupted", file=sys.stderr)
         return 130
     if args.summary_json:
-        Path(args.summary_json).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        try:
+            Path(args.summary_json).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        except OSError as exc:
+            print(f"specls demo: cannot write the summary to {args.summary_json}: {exc}", file=sys.stderr)
+            return 2
     return 1 if summary["errors"] else 0
 
 
@@ -151,7 +155,8 @@ async def _demo(
         out.write(
             f"typing {path.name}: {replay.planned} key presses at {1000 / ms_per_char:.0f} chars/s"
             f"{', taking matching ghost text' if args.accept else ''}; "
-            "grey text is the suggestion at the cursor; Ctrl-C stops early with a summary\n\n"
+            f"{'each new suggestion is a ghost line' if plain else 'grey text is the suggestion at the cursor'}"
+            "; Ctrl-C stops early with a summary\n\n"
         )
         events = await _run_interruptibly(replay, out)
         view.finish()
