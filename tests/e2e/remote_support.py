@@ -95,7 +95,7 @@ def ban_tokens_that_are_not_text(model: Any, tokenizer: Any) -> None:
 
     def is_text(token_id: int) -> bool:
         text = tokenizer.decode([token_id], skip_special_tokens=False)
-        return "\ufffd" not in text and all(ch in "\n\t" or ch >= " " for ch in text)
+        return "\ufffd" not in text and all(ch in "\n\t" or " " <= ch != "\x7f" for ch in text)
 
     with torch.no_grad():
         model.model.embed_tokens.weight[:, 0] = 0.5
@@ -129,10 +129,10 @@ class LlamaServer:
 
 
 def start_llama_server(
-    binary: Path, model: Path, log_path: Path, *, alias: str = "specls-test"
+    binary: Path, model: Path, log_path: Path, *, alias: str = "specls-test", port: int | None = None
 ) -> LlamaServer:
-    """Start llama-server on a free loopback port and wait until /health answers 200."""
-    port = free_port()
+    """Start llama-server on a loopback port (a free one by default) and wait until /health answers 200."""
+    port = port or free_port()
     command = [
         str(binary), "--model", str(model), "--alias", alias, "--host", "127.0.0.1", "--port", str(port),
         "--ctx-size", "512", "--parallel", "1", "--threads", "1", "--no-warmup", "--metrics",

@@ -137,20 +137,45 @@ GREEDY_PROMPTS = [
 ]
 
 
+NEAR_TIE = 0.02  # logit gap below which two runtimes may legitimately pick different tokens
+
+
+def greedy_steps(engine: Any, prompt: str, max_new_tokens: int) -> list[tuple[int, float]]:
+    """Greedy tokens of the engine's target with the gap between its best and second-best logit."""
+    import torch
+
+    model, tokenizer = engine.pair.target, engine.tokenizer
+    ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
+    steps: list[tuple[int, float]] = []
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            top = torch.topk(model(ids).logits[0, -1].float(), 2)
+            token = int(top.indices[0])
+            steps.append((token, float(top.values[0] - top.values[1])))
+            if token in engine.eos_ids:
+                break
+            ids = torch.cat([ids, top.indices[:1].view(1, 1)], dim=1)
+    return steps
+
+
 def test_short_greedy_outputs_match_the_local_engine(llama_server: LlamaServer, local_engine: Any) -> None:
+    """Equal text up to the first near-tie; past one, batched kernels may sum in another order and differ."""
     backend = backend_for(llama_server.url)
-    compared = 0
+    compared_tokens = total_tokens = 0
     for prompt in GREEDY_PROMPTS:
         local = local_engine.complete(CompletionRequest(prompt=prompt, max_new_tokens=12))
-        if "\ufffd" in local.text:
-            # An untrained model may emit byte tokens that are not UTF-8 on their own; the two sides render
-            # such byte soup differently, so only real text is compared.
-            continue
+        steps = greedy_steps(local_engine, prompt, 12)
+        ids = [token for token, _ in steps if token not in local_engine.eos_ids]
+        assert local.text == local_engine.decode(ids)  # the local engine is greedy
+        safe = next((i for i, (_, gap) in enumerate(steps) if gap < NEAR_TIE), len(steps))
         remote = backend.complete(CompletionRequest(prompt=prompt, max_new_tokens=12))
-        assert remote.finish_reason == local.finish_reason
-        assert remote.text == local.text, prompt
-        compared += 1
-    assert compared >= 3, "too few prompts gave comparable text"
+        if safe == len(steps):
+            assert (remote.text, remote.finish_reason) == (local.text, local.finish_reason), prompt
+        else:
+            assert remote.text.startswith(local_engine.decode(ids[:safe])), prompt
+        compared_tokens += safe
+        total_tokens += len(steps)
+    assert compared_tokens >= 0.75 * total_tokens, "too many near-ties for the comparison to mean much"
 
 
 def test_cancel_closes_the_stream_and_the_server_stops_generating(llama_server: LlamaServer) -> None:
@@ -224,6 +249,14 @@ def expected_suggestion(url: str, text: str) -> str:
     return finalize_completion(backend.complete(request).text, ctx)
 
 
+def close(session: Any, uri: str) -> None:
+    from lsprotocol import types
+
+    session.client.text_document_did_close(
+        types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri))
+    )
+
+
 def serve_args(url: str) -> tuple[str, ...]:
     return ("--backend", "openai", "--endpoint", url, "--model", ALIAS)
 
@@ -273,6 +306,7 @@ async def test_stopped_endpoint_is_reported_and_the_lsp_server_stays_alive(
     try:
         session.open(docs["up"], DOC)
         assert await session.suggestion(docs["up"]) == expected_suggestion(server.url, DOC)
+        close(session, docs["up"])  # an open file would become a snippet in the next prompts
         server.stop()
 
         session.open(docs["down"], DOC)
@@ -283,6 +317,7 @@ async def test_stopped_endpoint_is_reported_and_the_lsp_server_stays_alive(
         assert await session.suggestion(docs["down"]) == ""  # during the cooldown: empty, no new message
         assert len([m for m in session.client.log_messages if "unavailable" in m.message]) == 1
         assert (await session.stats())["shown"] >= 0  # the LSP server still answers requests
+        close(session, docs["down"])
 
         # The endpoint comes back on the same address: completions resume after the cooldown.
         server = start_llama_server(
