@@ -19,7 +19,10 @@ def build_summary(
 ) -> dict[str, Any]:
     """`plain_presses`: the key presses the same text takes without accepting any ghost text."""
     answered = [event for event in events if event.latency_ms is not None and event.error is None]
-    latencies = [event.latency_ms for event in answered if event.latency_ms is not None]
+    # A superseded request's answer only says when the next key press came; an editor never shows it.
+    latencies = [
+        event.latency_ms for event in answered if event.latency_ms is not None and not event.superseded
+    ]
     with_text = [event for event in answered if event.suggestion]
     suggestion_latencies = [event.latency_ms for event in with_text if event.latency_ms is not None]
     matches = Counter(event.match for event in with_text)
@@ -87,8 +90,8 @@ def format_summary(summary: dict[str, Any]) -> list[str]:
         "summary",
         f"  key presses           {summary['keystrokes']} ({summary['answered']} answered, "
         f"{summary['suggestions']} with ghost text, {summary['errors']} errors)",
-        f"  latency               p50 {_ms(latency['p50'])}, p95 {_ms(latency['p95'])} "
-        f"(with ghost text: p50 {_ms(with_text['p50'])}, p95 {_ms(with_text['p95'])})",
+        f"  latency               p50 {_ms(latency['p50'])}, p95 {_ms(latency['p95'])} per key press "
+        f"(with ghost text: p50 {_ms(with_text['p50'])}, p95 {_ms(with_text['p95'])}; superseded ones left out)",
         f"  typed-ahead hit rate  {_percent(summary['typed_ahead_hit_rate'])} of suggestions were then typed "
         f"(full {matches['full']}, first line {matches['line']}, partly {matches['partial']}, "
         f"miss {matches['miss']})",

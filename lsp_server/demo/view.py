@@ -67,8 +67,11 @@ class LineView:
         if not event.suggestion or event.latency_ms is None:
             return
         previous = self.printed
-        if previous is not None and visible_ghost(previous, source, event.offset) == event.suggestion:
-            return  # the rest of a suggestion already printed, served as the user typed into it
+        if previous is not None and event.suggestion in (
+            previous.suggestion,  # the same text again one key later: nothing new to see
+            visible_ghost(previous, source, event.offset),  # the rest of it, served as the user typed on
+        ):
+            return
         self.printed = event
         line, character = position_of(source, event.offset)
         ghost_text = one_line(event.suggestion, self.width - 40)
