@@ -178,15 +178,29 @@ def test_short_greedy_outputs_match_the_local_engine(llama_server: LlamaServer, 
     assert compared_tokens >= 0.75 * total_tokens, "too many near-ties for the comparison to mean much"
 
 
+# Prompts a model tends to continue for a long time (a trained one keeps counting; an untrained one rambles).
+LONG_PROMPTS = [
+    "values = [\n    1,\n    2,\n    3,\n    4,\n",
+    "import os\n\nclass Config:\n    def __init__(self",
+]
+
+
+def long_running_request(backend: OpenAIBackend, url: str) -> CompletionRequest:
+    """A request that, left alone, decodes at least 300 steps: so a cancel has something to stop."""
+    for prompt in LONG_PROMPTS:
+        request = CompletionRequest(prompt=prompt, max_new_tokens=400)
+        decoded_before = metric(url, "n_decode_total")
+        if (
+            backend.complete(request).finish_reason == "length"
+            and metric(url, "n_decode_total") - decoded_before >= 300
+        ):
+            return request
+    pytest.fail("no prompt makes the served model generate 300 tokens; add one to LONG_PROMPTS")
+
+
 def test_cancel_closes_the_stream_and_the_server_stops_generating(llama_server: LlamaServer) -> None:
     backend = backend_for(llama_server.url)
-    prompt = "import os\n\nclass Config:\n    def __init__(self"
-    long = CompletionRequest(prompt=prompt, max_new_tokens=400)
-    # Precondition: left alone, this request decodes for a long time (no early end of text).
-    decoded_before = metric(llama_server.url, "n_decode_total")
-    assert backend.complete(long).finish_reason == "length"
-    assert metric(llama_server.url, "n_decode_total") - decoded_before >= 300
-
+    long = long_running_request(backend, llama_server.url)
     decoded_before = metric(llama_server.url, "n_decode_total")
     cancel = CancelToken()
 
@@ -196,12 +210,12 @@ def test_cancel_closes_the_stream_and_the_server_stops_generating(llama_server: 
     result = backend.complete(long, on_text=on_text, cancel=cancel)
     assert result.finish_reason == "cancelled"
     started = time.monotonic()
-    follow_up = backend.complete(CompletionRequest(prompt=prompt, max_new_tokens=4))
+    follow_up = backend.complete(CompletionRequest(prompt=long.prompt, max_new_tokens=4))
     follow_up_s = time.monotonic() - started
     assert follow_up.finish_reason in ("eos", "length")
     decoded = metric(llama_server.url, "n_decode_total") - decoded_before
     # Served at once: the single slot was free, not busy finishing 400 tokens of the cancelled request.
-    assert decoded < 200, f"the server decoded {decoded} steps: it kept generating after the cancel"
+    assert decoded < 100, f"the server decoded {decoded} steps: it kept generating after the cancel"
     assert follow_up_s < 2.0
 
 
