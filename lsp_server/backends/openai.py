@@ -596,7 +596,7 @@ class OpenAIBackend:
         if "prompt_tokens" in state.usage:
             stats["prompt_tokens"] = state.usage["prompt_tokens"]
         if "completion_tokens" in state.usage:
-            stats["generated_tokens"] = state.usage["completion_tokens"]
+            stats["new_tokens"] = state.usage["completion_tokens"]  # same name as the local engine
         if timings:
             stats["server_timings"] = timings
             if "cache_n" in timings:

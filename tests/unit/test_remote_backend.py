@@ -148,7 +148,7 @@ def test_streams_text_with_greedy_defaults_and_stop_strings(scripted: tuple[Scri
     body = script.bodies[0]
     assert body["temperature"] == 0.0 and body["max_tokens"] == 12 and body["stream"] is True
     assert body["stop"] == ["\n\n"] and body["model"] == "scripted" and body["prompt"] == "p"
-    assert result.stats["prompt_tokens"] == 3
+    assert result.stats["prompt_tokens"] == 3 and result.stats["new_tokens"] == 2
 
 
 def test_info_reports_served_special_tokens_and_context(scripted: tuple[Script, str]) -> None:
