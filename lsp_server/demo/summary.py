@@ -68,6 +68,8 @@ def build_summary(
             "plain_tokens_per_s": _round(speedup.plain_tokens_per_s, 1),
             "speculative_tokens_per_s": _round(speedup.speculative_tokens_per_s, 1),
             "factor": _round(speedup.factor, 3),
+            "plain_target_forwards": sum(sample.plain_forwards for sample in speedup.samples),
+            "speculative_target_forwards": sum(sample.speculative_forwards for sample in speedup.samples),
         }
     return summary
 
@@ -116,6 +118,7 @@ def format_summary(summary: dict[str, Any]) -> list[str]:
         lines.append(
             f"  speed-up              {speedup['factor']:.2f}x over plain decoding "
             f"({speedup['speculative_tokens_per_s']:.0f} vs {speedup['plain_tokens_per_s']:.0f} tokens/s, "
+            f"{speedup['speculative_target_forwards']} vs {speedup['plain_target_forwards']} target forwards; "
             f"{speedup['samples']} prompts, same server; identical output {speedup['identical_outputs']}/"
             f"{speedup['samples']})"
         )

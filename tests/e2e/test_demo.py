@@ -123,6 +123,8 @@ def test_demo_replays_a_short_file_in_line_mode(pair_args: list[str], tmp_path: 
         # Greedy speculative decoding is lossless: both modes must write the same text.
         assert speedup["identical_outputs"] == speedup["samples"]
         assert speedup["factor"] > 0 and speedup["plain_tokens_per_s"] > 0
+        # Every verify forward yields at least one token, so speculation never needs more of them.
+        assert 0 < speedup["speculative_target_forwards"] <= speedup["plain_target_forwards"]
 
 
 def test_demo_with_a_missing_model_says_how_to_fix_it(tmp_path: Path) -> None:

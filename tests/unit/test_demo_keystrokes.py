@@ -156,6 +156,8 @@ def test_summary_numbers() -> None:
     assert summary["speedup"]["plain_tokens_per_s"] == 15.0  # 30 tokens in 2 s
     assert summary["speedup"]["speculative_tokens_per_s"] == 15.0  # 30 tokens in 2 s
     assert summary["speedup"]["factor"] == 1.0
+    assert summary["speedup"]["plain_target_forwards"] == 30
+    assert summary["speedup"]["speculative_target_forwards"] == 13
     text = "\n".join(format_summary(summary))
     assert (
         "p50 30 ms, p95 40 ms per key press" in text and "1.00x over plain decoding" in text and "67%" in text
