@@ -13,7 +13,7 @@ import asyncio
 import importlib.metadata
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -65,24 +65,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     checks: list[Check] = []
 
-    def report(new: Sequence[Check]) -> None:
-        for check in new:
-            checks.append(check)
-            print(format_check(check), flush=True)
+    def report(name: str, check: Callable[[], list[Check]]) -> None:
+        try:
+            new = check()
+        except Exception as exc:  # a check that cannot even run (a missing package) is a problem to show
+            new = [Check(name, "fail", f"the check itself failed: {type(exc).__name__}: {exc}", INSTALL_FIX)]
+        for item in new:
+            checks.append(item)
+            print(format_check(item), flush=True)
 
     print("specls doctor")
-    report(check_python())
-    report(check_torch(args.device))
-    report(check_versions(pinned_requirements()))
-    pair = check_model_pair(args.target, args.draft)
-    report(pair)
-    report(check_grammars())
+    report("python", check_python)
+    report("torch", lambda: check_torch(args.device))
+    report("versions", lambda: check_versions(pinned_requirements()))
+    report("model pair", lambda: check_model_pair(args.target, args.draft))
+    report("tree-sitter grammars", check_grammars)
     if args.no_server:
-        report([Check("server", "skip", "not started (--no-server)")])
+        report("server", lambda: [Check("server", "skip", "not started (--no-server)")])
     elif any(check.status == "fail" for check in checks):
-        report([Check("server", "skip", "not started: fix the problems above first")])
+        report("server", lambda: [Check("server", "skip", "not started: fix the problems above first")])
     else:
-        report(check_server(args.target, args.draft, args.device, args.server_timeout))
+        report("server", lambda: check_server(args.target, args.draft, args.device, args.server_timeout))
     problems = sum(check.status == "fail" for check in checks)
     warnings = sum(check.status == "warn" for check in checks)
     if problems:

@@ -81,3 +81,19 @@ def test_grammars_all_parse() -> None:
 def test_format_check() -> None:
     text = doctor.format_check(doctor.Check("torch", "fail", "broken", "reinstall"))
     assert text == "  FAIL  torch: broken\n        fix: reinstall"
+
+
+def test_a_check_that_cannot_run_is_reported_not_raised(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken() -> list[doctor.Check]:
+        raise ImportError("No module named 'tree_sitter'")
+
+    monkeypatch.setattr(doctor, "check_grammars", broken)
+    status = doctor.run(_args(no_server=True))
+    out = capsys.readouterr().out
+    assert status == 1
+    assert (
+        "FAIL  tree-sitter grammars: the check itself failed: ImportError: No module named 'tree_sitter'"
+        in out
+    )
