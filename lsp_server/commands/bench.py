@@ -115,13 +115,22 @@ def _results_tag(args: argparse.Namespace) -> str:
     return "cuda" if str(args.device or "").startswith("cuda") else "cpu"
 
 
+def _find_bench() -> bool:
+    """`bench/` is not an installed package: find it beside `lsp_server/` in the source checkout."""
+    import importlib.util
+
+    if importlib.util.find_spec("bench") is not None:
+        return True
+    root = Path(__file__).resolve().parents[2]
+    if (root / "bench" / "__init__.py").is_file():
+        sys.path.insert(0, str(root))
+        return True
+    return False
+
+
 def run(args: argparse.Namespace) -> int:
-    try:
-        import bench  # noqa: F401 - only present in a source checkout
-    except ModuleNotFoundError:
-        print(
-            "specls bench: the bench/ folder was not found; run it from the repository root", file=sys.stderr
-        )
+    if not _find_bench():
+        print("specls bench: the bench/ folder of a source checkout was not found", file=sys.stderr)
         return 2
     from engine.models import ModelLoadError
 
