@@ -38,6 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip-eval", action="store_true", help="do not evaluate or write the model card")
 
 
+def reproduce_command(args: argparse.Namespace) -> str:
+    """The options that decide the weights (where files go and thread counts do not)."""
+    parts = ["specls", "train", "--preset", args.preset, "--seed", str(args.seed)]
+    parts += [f"--add-corpus={shlex.quote(str(folder))}" for folder in args.add_corpus]
+    return " ".join(parts + (["--no-stdlib"] if args.no_stdlib else []))
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
@@ -75,8 +82,7 @@ def run(args: argparse.Namespace) -> int:
     metrics = evaluate_pair(
         result, preset, train_files[: preset.max_files] if preset.max_files else train_files
     )
-    command = "specls train " + " ".join(shlex.quote(a) for a in sys.argv[2:])
-    card = write_model_card(out_dir, metrics, preset, command.strip())
+    card = write_model_card(out_dir, metrics, preset, reproduce_command(args))
     print(
         f"held-out CE target {metrics['held_out_ce_target']} vs trigram {metrics['held_out_ce_trigram']}; "
         f"alpha {metrics['greedy_agreement_alpha']}; FIM exact match {metrics['fim_line_exact_match']}\n"
