@@ -43,7 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="line output instead of the live view (automatic when stdout is not a terminal)",
     )
-    parser.add_argument("--max-keystrokes", type=int, help="stop typing after this many key presses")
+    parser.add_argument(
+        "--max-keystrokes", type=int, metavar="N", help="stop typing after this many key presses"
+    )
     parser.add_argument(
         "--accept",
         action="store_true",
@@ -52,16 +54,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--speedup-samples",
         type=int,
+        metavar="N",
         default=6,
         help="prompts decoded plainly and speculatively after the replay to measure the speed-up (0: skip)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the typing rhythm")
-    parser.add_argument("--summary-json", help="also write the summary to this file as JSON")
+    parser.add_argument("--summary-json", metavar="PATH", help="also write the summary to this file as JSON")
     parser.add_argument(
         "--load-timeout", type=float, default=600, help="seconds to wait for the model to load"
     )
     model = parser.add_argument_group("server (passed to `specls serve`)")
-    model.add_argument("--backend", choices=("local", "openai", "fake"), default="local")
+    model.add_argument(
+        "--backend",
+        choices=("local", "openai", "fake"),
+        default="local",
+        help="local: the target/draft pair in the server process (default); openai: a remote endpoint",
+    )
     model.add_argument("--target", help="target model: a local folder or hub id (default: bundled)")
     model.add_argument("--draft", help="draft model: a local folder or hub id (default: bundled)")
     model.add_argument("--device", help="auto, cpu, cuda, ... (default: auto)")
