@@ -147,14 +147,8 @@ def test_typing_cancels_the_request_in_flight(tmp_path: Path) -> None:
     assert result["lines"] == ["def add(a, b):", "    return a + b"]
 
 
-# Known server bug (lsp_server/scheduler.py `_reuse`): a request that arrives while an older generation is
-# still running waits on it; when its tokens turn out to disagree with what was typed meanwhile, the request
-# is answered empty instead of starting a new generation, so after brisk typing no ghost text appears until
-# the next key. Instant backends (fake) never hit it; slow typing (700 ms/key) passes here.
-TYPING_RACE = pytest.mark.xfail(reason="server answers empty after typing overtakes a running generation")
-
-
-@TYPING_RACE
+# Brisk typing against a real engine: typing overtakes a running generation, whose tokens then disagree with
+# what was typed; the scheduler must start again rather than answer empty (a bug these tests once caught).
 def test_real_engine_on_a_tiny_pair_suggestion_lands_in_the_buffer(tmp_path: Path) -> None:
     # The local backend with its speculative engine, on test_server_local's hand-set pair whose target
     # always says "x": the text is known without a trained model.
@@ -182,7 +176,6 @@ def test_real_engine_on_a_tiny_pair_suggestion_lands_in_the_buffer(tmp_path: Pat
     assert result["stats"]["accepted"] == 1
 
 
-@TYPING_RACE
 @pytest.mark.skipif(
     not (BUNDLED_TARGET / "config.json").exists(),
     reason="the bundled model is not trained yet (specls train)",
