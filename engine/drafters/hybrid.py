@@ -13,7 +13,10 @@ class HybridDrafter:
     It keeps an exponential moving average of each drafter's acceptance rate (accepted / drafted). A
     copying drafter whose recent drafts were mostly rejected is skipped in favour of the model, unless its
     match is anchored on at least `strong_match_len` tokens; a skipped drafter regains trust slowly, so
-    one bad stretch does not bench it for the rest of the call. `Draft.drafter` names the drafter used.
+    one bad stretch does not bench it for the rest of the call. The draft model is benched the same way
+    when its recent acceptance falls below `model_min_acceptance`: short model drafts that are mostly
+    rejected cost more than a plain step (on CPU one verify of 1-2 tokens costs ~1.5-1.9 target steps,
+    see bench/results), so the round drafts nothing instead. `Draft.drafter` names the drafter used.
     """
 
     name = "hybrid"
@@ -27,6 +30,7 @@ class HybridDrafter:
         stale: PlanningDrafter | None = None,
         strong_match_len: int = 4,
         min_acceptance: float = 0.3,
+        model_min_acceptance: float = 0.5,
         ema_weight: float = 0.3,
         forgiveness: float = 0.05,
     ) -> None:
@@ -34,6 +38,7 @@ class HybridDrafter:
         self.copiers = [d for d in (stale, suffix, lookup) if d is not None]
         self.strong_match_len = strong_match_len
         self.min_acceptance = min_acceptance
+        self.model_min_acceptance = model_min_acceptance
         self.ema_weight = ema_weight
         self.forgiveness = forgiveness
         # Optimistic start: every drafter gets tried before it can be judged.
@@ -53,11 +58,16 @@ class HybridDrafter:
                 continue
             if self._trusted(drafter, plan):
                 return drafter, plan
-            rate = self.acceptance[drafter.name]
-            self.acceptance[drafter.name] = rate + self.forgiveness * (1.0 - rate)
+            self._forgive(drafter.name)
         if self.model is not None:
-            return self.model, self.model.plan(context_ids)
+            if self.acceptance[self.model.name] >= self.model_min_acceptance:
+                return self.model, self.model.plan(context_ids)
+            self._forgive(self.model.name)
         return None, DraftPlan("none", lookup_hit=False, available=0)
+
+    def _forgive(self, name: str) -> None:
+        rate = self.acceptance[name]
+        self.acceptance[name] = rate + self.forgiveness * (1.0 - rate)
 
     def plan(self, context_ids: list[int]) -> DraftPlan:
         drafter, plan = self._choose(context_ids)

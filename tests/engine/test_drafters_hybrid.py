@@ -167,3 +167,28 @@ def test_policy_rejects_inconsistent_bounds() -> None:
         AdaptiveDraftLength(model_start=1, model_min=2)
     with pytest.raises(ValueError):
         AdaptiveDraftLength(copy_start=40, copy_max=32)
+
+
+def test_a_mostly_rejected_draft_model_is_benched_and_retried_later() -> None:
+    model = ScriptedModel([7, 7, 7, 7])
+    hybrid = HybridDrafter(model=model, model_min_acceptance=0.5, ema_weight=0.5, forgiveness=0.1)
+    context = [*PROMPT, 77, 78]  # nothing to copy: only the model can draft
+    rounds_until_benched = 0
+    while hybrid.propose(context, 4).drafter == "model":
+        hybrid.observe(context, 0, 4)  # every model draft rejected
+        rounds_until_benched += 1
+        assert rounds_until_benched < 5, "a draft model that is never accepted must be benched"
+    assert rounds_until_benched >= 1
+    assert hybrid.propose(context, 4) == Draft([], None, "none")  # a plain step: cheaper than a lost draft
+    hybrid.observe(context, 0, 0)
+    retried_after = next(n for n in range(1, 100) if hybrid.propose(context, 4).drafter == "model")
+    assert retried_after > 1  # trust comes back slowly, so the model is tried again, not every round
+
+
+def test_a_well_accepted_draft_model_is_never_benched() -> None:
+    model = ScriptedModel([7, 7, 7, 7])
+    hybrid = HybridDrafter(model=model, model_min_acceptance=0.5)
+    context = [*PROMPT, 77, 78]
+    for _ in range(20):
+        assert hybrid.propose(context, 4).drafter == "model"
+        hybrid.observe(context, 3, 4)
