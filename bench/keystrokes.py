@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import math
+import os
 import random
 import sys
 import time
@@ -42,6 +43,7 @@ class KeystrokeConfig:
     target: str | None = None
     draft: str | None = None
     device: str | None = None
+    threads: int | None = None  # OMP_NUM_THREADS for the server process (torch's CPU threads)
     endpoint: str | None = None
     remote_model: str | None = None
     min_gap_ms: float = 60
@@ -191,7 +193,10 @@ class ReplayClient:
         from lsprotocol import types
 
         command = serve_command(self.config, log_file)
-        await self.client.start_io(command[0], *command[1:])
+        env = dict(os.environ)
+        if self.config.threads:
+            env["OMP_NUM_THREADS"] = str(self.config.threads)
+        await self.client.start_io(command[0], *command[1:], env=env)
         server = self.client._server
         if server is not None and server.stderr is not None:  # drain it, or a chatty server blocks
             self._stderr_task = asyncio.create_task(self._drain(server.stderr))

@@ -32,7 +32,10 @@ def percentile(values: Sequence[float], p: float) -> float | None:
     rank = (len(ordered) - 1) * p / 100
     low = math.floor(rank)
     high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+    fraction = rank - low
+    if fraction == 0 or ordered[high] == ordered[low]:  # also keeps inf - inf from turning into nan
+        return ordered[low]
+    return ordered[low] + (ordered[high] - ordered[low]) * fraction
 
 
 def expected_tokens_per_round(alpha: float, k: float) -> float:

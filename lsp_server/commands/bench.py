@@ -104,6 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     keys.add_argument("--target", help="target model: a local folder or hub id (default: bundled)")
     keys.add_argument("--draft", help="draft model: a local folder or hub id (default: bundled)")
     keys.add_argument("--device", help="auto, cpu, cuda, ... (default: the server's)")
+    keys.add_argument("--threads", type=_positive, help="torch CPU threads of the server (OMP_NUM_THREADS)")
     keys.add_argument("--out", type=Path, default=Path("bench/results"), help="results folder")
     keys.add_argument("--tag", help="results file name tag (default: the device type)")
     keys.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -233,6 +234,7 @@ def _keystrokes(args: argparse.Namespace) -> int:
         target=args.target,
         draft=args.draft,
         device=args.device,
+        threads=args.threads,
         endpoint=args.endpoint,
         remote_model=args.remote_model,
         min_gap_ms=args.min_gap_ms,

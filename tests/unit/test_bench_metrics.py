@@ -29,6 +29,10 @@ def test_median_and_percentiles() -> None:
     assert percentile(values, 0) == 1.0 and percentile(values, 100) == 100.0
     assert percentile(values, 99) == pytest.approx(99.01)
     assert percentile([], 50) is None
+    # Infinite entries (requests that never got an answer) rank last and never turn into nan.
+    assert percentile([1.0, math.inf, math.inf], 50) == math.inf
+    assert percentile([1.0, 2.0, math.inf], 50) == 2.0
+    assert percentile([1.0, 2.0, math.inf], 75) == math.inf
     with pytest.raises(ValueError):
         percentile(values, 101)
 
@@ -141,8 +145,8 @@ def test_acceptance_by_context_counts_held_drafts() -> None:
         RoundRecord("statement-start", "model", 16, 2, 0),
     ]
     table = acceptance_by_context(rounds)
-    assert list(table) == ["indentation", "statement-start"]
-    indentation = table["indentation"]
+    assert list(table) == ["model / indentation", "model / statement-start"]
+    indentation = table["model / indentation"]
     assert indentation["rounds"] == 2 and indentation["acceptance"] == pytest.approx(9 / 12)
     assert indentation["held_at_least"] == {"2": 0.5, "4": 0.5, "8": 1.0, "16": None}
-    assert table["statement-start"]["held_at_least"]["2"] == 0.0
+    assert table["model / statement-start"]["held_at_least"]["2"] == 0.0
