@@ -38,7 +38,7 @@ URI_ROOT = "file:///bench"
 class KeystrokeConfig:
     files: tuple[Path, ...] = ()  # empty: held-out stdlib files
     count: int = 3  # held-out files to type when `files` is empty
-    chars: int = 300  # characters typed per file
+    chars: int = 300  # characters typed per file (rounded up to the end of the line)
     backend: str = "local"
     target: str | None = None
     draft: str | None = None
@@ -143,7 +143,10 @@ def default_regions(config: KeystrokeConfig) -> list[Region]:
             continue
         _, start, _ = found
         start = text.rfind("\n", 0, start) + 1  # from the start of the cursor line
-        regions.append(Region(name, text, start, min(len(text), start + config.chars)))
+        # ... to the end of a line: the text after the cursor then starts on the next line, as when writing
+        # new code above existing code (ending mid-word would glue every typed word onto the next one).
+        end = text.find("\n", min(len(text), start + config.chars))
+        regions.append(Region(name, text, start, len(text) if end == -1 else end))
     return regions
 
 
@@ -486,8 +489,8 @@ def markdown_report(result: dict[str, Any]) -> str:
     wasted = s.get("wasted_tokens")
     lines = [
         f"# Keystroke replay ({config['tag']})\n",
-        f"{result['date_utc']}; backend `{config['backend']}`; {len(result['regions'])} files x "
-        f"{config['chars']} characters, {s['keystrokes']} keystrokes at {config['min_gap_ms']:.0f}-"
+        f"{result['date_utc']}; backend `{config['backend']}`; {len(result['regions'])} files, "
+        f"{sum(r['chars'] for r in result['regions'])} characters typed, {s['keystrokes']} keystrokes at {config['min_gap_ms']:.0f}-"
         f"{config['max_gap_ms']:.0f} ms (+{config['line_pause_ms'][0]:.0f}-{config['line_pause_ms'][1]:.0f} ms at "
         f"line ends), seed {config['seed']}.\n",
         "| measure | value | goal |",

@@ -75,7 +75,7 @@ def test_replay_through_the_real_server_with_the_fake_backend(tmp_path: Path) ->
     source.write_text("\n".join(lines) + "\n")
     config = KeystrokeConfig(
         files=(source,),
-        chars=60,
+        chars=55,
         backend="fake",
         min_gap_ms=20,
         max_gap_ms=40,
@@ -87,9 +87,10 @@ def test_replay_through_the_real_server_with_the_fake_backend(tmp_path: Path) ->
     )
     result = run_keystrokes(config, progress=False)
     summary = result["summary"]
-    assert summary["keystrokes"] == len(
-        keystrokes_of(source.read_text()[result["regions"][0]["start"] :][:60])
-    )
+    region = result["regions"][0]
+    typed = source.read_text()[region["start"] :][: region["chars"]]
+    assert typed.endswith("return a + b") and len(typed) >= 55  # whole lines, up to the next line end
+    assert summary["keystrokes"] == len(keystrokes_of(typed))
     assert summary["outcomes"].get("suggestion", 0) >= 3  # from "def add(" on, the rule suggests the rest
     assert summary["typed_next_matched_suggestion"]["exact"] == 1.0  # the rule is exactly what gets typed
     assert summary["server"]["requests"] == summary["keystrokes"]
