@@ -23,6 +23,7 @@ import math
 import os
 import random
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -398,7 +399,7 @@ async def run_keystrokes_async(config: KeystrokeConfig, progress: bool = True) -
     if not regions:
         raise RuntimeError("no files to replay")
     config.out.mkdir(parents=True, exist_ok=True)
-    log_file = config.out / f"keystrokes-{config.tag}.server.log"
+    log_file = Path(tempfile.gettempdir()) / f"specls-bench-keystrokes-{config.tag}.log"  # warnings only
     client = ReplayClient(config)
     rng = random.Random(config.seed)
     total = sum(len(keystrokes_of(r.text[r.start : r.end])) for r in regions)
@@ -420,6 +421,7 @@ async def run_keystrokes_async(config: KeystrokeConfig, progress: bool = True) -
         "config": {**asdict(config), "out": str(config.out), "files": [str(p) for p in config.files]},
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "regions": [{"name": r.name, "start": r.start, "chars": r.end - r.start} for r in regions],
+        "server_log": str(log_file),
         "server_info": {
             "last_status": client.statuses[-1] if client.statuses else None,
             "messages": client.messages,
