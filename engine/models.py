@@ -105,10 +105,18 @@ def default_dtype(device: torch.device) -> torch.dtype:
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
-def configure_threads(num_threads: int | None = None) -> int:
-    """Small models stop scaling past a few threads and extra threads only add sync cost; cap at 8."""
+# Below this many target parameters a decode step is per-call overhead, not arithmetic: a second thread
+# only adds OpenMP synchronisation, and when anything else runs on the other core it stalls every step
+# (bundled pair, 2-core CPU: plain decoding 105 tok/s at 1 thread, 17-47 tok/s at 2 with a busy neighbour).
+SINGLE_THREAD_BELOW_PARAMS = 100_000_000
+
+
+def configure_threads(num_threads: int | None = None, target_params: int | None = None) -> int:
+    """One thread for small models (see SINGLE_THREAD_BELOW_PARAMS); otherwise up to 8, as scaling stops there."""
     import torch
 
+    if num_threads is None and target_params is not None and target_params < SINGLE_THREAD_BELOW_PARAMS:
+        num_threads = 1
     if num_threads is None:
         num_threads = min(torch.get_num_threads(), os.cpu_count() or 1, 8)
     torch.set_num_threads(max(1, num_threads))
@@ -173,12 +181,12 @@ def load_pair(
     draft_source = resolve_model_path(draft, "draft")
     resolved_device = pick_device(device)
     resolved_dtype = dtype if dtype is not None else default_dtype(resolved_device)
-    if resolved_device.type == "cpu":
-        configure_threads(num_threads)
     tokenizer = _load_tokenizer(target_source, "target")
     check_same_tokenizer(tokenizer, _load_tokenizer(draft_source, "draft"))
     target_model = _load_model(target_source, "target", resolved_device, resolved_dtype)
     draft_model = _load_model(draft_source, "draft", resolved_device, resolved_dtype)
+    if resolved_device.type == "cpu":
+        configure_threads(num_threads, target_model.num_parameters())
     return ModelPair(
         target=target_model,
         draft=draft_model,

@@ -84,3 +84,16 @@ def test_resolve_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert (hub.is_local, hub.location) == (False, "someorg/some-model")
     with pytest.raises(ModelLoadError, match="does not exist"):
         resolve_model_path("./missing-model")
+
+
+def test_small_models_decode_on_one_thread_unless_told_otherwise(pair_dir: Path) -> None:
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        load_pair(str(pair_dir / "target"), str(pair_dir / "draft"), device="cpu")
+        assert torch.get_num_threads() == 1  # a tiny target: a second thread only adds sync cost
+        load_pair(str(pair_dir / "target"), str(pair_dir / "draft"), device="cpu", num_threads=2)
+        assert torch.get_num_threads() == 2
+        assert models.configure_threads(None, target_params=models.SINGLE_THREAD_BELOW_PARAMS) >= 1
+    finally:
+        torch.set_num_threads(before)
