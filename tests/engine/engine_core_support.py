@@ -10,6 +10,8 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from engine.drafters.base import Draft
+from engine.models import ModelPair, ModelSource
+from engine.service import LocalEngine
 from engine.train.tokenizer import tokenizer_config, train_code_tokenizer
 
 VOCAB = 400
@@ -147,3 +149,14 @@ def save_pair(
     for name, model in (("target", target), ("draft", draft)):
         model.save_pretrained(folder / name)
         tok.save_pretrained(folder / name)
+
+
+def decode(ids: list[int]) -> str:
+    return tokenizer().decode(ids)
+
+
+def local_engine(target: torch.nn.Module, draft: torch.nn.Module) -> LocalEngine:
+    """A LocalEngine over in-memory models, on CPU in float32."""
+    source = ModelSource(spec="test", location="in-memory", is_local=True)
+    pair = ModelPair(target, draft, tokenizer(), torch.device("cpu"), torch.float32, source, source)
+    return LocalEngine(pair=pair)

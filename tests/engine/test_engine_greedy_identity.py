@@ -7,11 +7,12 @@ import torch
 from engine_core_support import (
     FixedLength,
     ScriptedDrafter,
+    decode,
     hf_greedy,
+    local_engine,
     prompt_ids,
     tiny_gpt2,
     tiny_llama,
-    tokenizer,
     vocab,
 )
 
@@ -19,8 +20,6 @@ from engine.api import CompletionRequest
 from engine.autoregressive import autoregressive_generate
 from engine.generation import DecodeSettings
 from engine.hf_decoder import make_decoder
-from engine.models import ModelPair, ModelSource
-from engine.service import LocalEngine
 from engine.speculative import speculative_generate
 
 NEW_TOKENS = 24
@@ -30,16 +29,6 @@ ARCHITECTURES = {"llama": tiny_llama, "gpt2": tiny_gpt2}
 @pytest.fixture(autouse=True)
 def _one_thread() -> None:
     torch.set_num_threads(1)
-
-
-def decode(ids: list[int]) -> str:
-    return tokenizer().decode(ids)
-
-
-def local_engine(target: torch.nn.Module, draft: torch.nn.Module) -> LocalEngine:
-    source = ModelSource(spec="test", location="in-memory", is_local=True)
-    pair = ModelPair(target, draft, tokenizer(), torch.device("cpu"), torch.float32, source, source)
-    return LocalEngine(pair=pair)
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
