@@ -67,6 +67,7 @@ class LocalEngine:
         self.draft_decoder = PollingDecoder(make_decoder(self.pair.draft, window))
         self.eos_ids = end_of_text_ids(self.tokenizer, self.pair.target)
         self._lookup: tuple[tuple[str, ...], PromptLookupDrafter] | None = None
+        self._hybrid_acceptance: dict[str, float] = {}  # per-drafter trust, learned across calls
         self._lock = threading.Lock()
 
     def info(self) -> BackendInfo:
@@ -136,7 +137,11 @@ class LocalEngine:
         stale = StaleCompletionDrafter(stale_ids) if stale_ids and kind in ("stale", "hybrid") else None
         single: dict[str, PlanningDrafter | None] = {"model": model, "lookup": lookup, "suffix": suffix}
         if kind == "hybrid":
-            return HybridDrafter(model=model, lookup=lookup, suffix=suffix, stale=stale)
+            # Trust learned in earlier calls carries over, so a draft model that is mostly rejected stays
+            # benched instead of costing every new (often short) completion its first rounds. A seeded
+            # request starts afresh, so it samples the same tokens whatever ran before it.
+            learned = self._hybrid_acceptance if request.seed is None else None
+            return HybridDrafter(model=model, lookup=lookup, suffix=suffix, stale=stale, acceptance=learned)
         if kind == "stale":  # an earlier completion first, the draft model when it runs out
             return HybridDrafter(model=self._model_drafter(request), stale=stale)
         chosen = single[kind]

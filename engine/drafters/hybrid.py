@@ -33,6 +33,7 @@ class HybridDrafter:
         model_min_acceptance: float = 0.5,
         ema_weight: float = 0.3,
         forgiveness: float = 0.05,
+        acceptance: dict[str, float] | None = None,
     ) -> None:
         self.model = model
         self.copiers = [d for d in (stale, suffix, lookup) if d is not None]
@@ -41,8 +42,12 @@ class HybridDrafter:
         self.model_min_acceptance = model_min_acceptance
         self.ema_weight = ema_weight
         self.forgiveness = forgiveness
-        # Optimistic start: every drafter gets tried before it can be judged.
-        self.acceptance: dict[str, float] = {d.name: 1.0 for d in (*self.copiers, model) if d is not None}
+        # Optimistic start: every drafter gets tried before it can be judged. A caller that passes its own
+        # `acceptance` dict keeps what was learned across calls (the engine does, per loaded pair).
+        self.acceptance: dict[str, float] = acceptance if acceptance is not None else {}
+        for drafter in (*self.copiers, model):
+            if drafter is not None:
+                self.acceptance.setdefault(drafter.name, 1.0)
         self._choice: tuple[int, PlanningDrafter | None, DraftPlan] | None = None  # (context length, ...)
         self._used: PlanningDrafter | None = None
 

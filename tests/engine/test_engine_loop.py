@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from engine_core_support import (
@@ -196,3 +198,20 @@ def test_long_prompt_is_truncated_from_the_left(llama, drafter) -> None:
     assert result.stats["truncated_prompt_tokens"] == len(encoded) - len(kept)
     assert result.stats["prompt_tokens"] == WINDOW - 16
     assert result.token_ids == hf_greedy(llama, kept, 16, stop_at=engine.eos_ids)
+
+
+def test_hybrid_remembers_a_poorly_accepted_draft_model_across_calls(llama) -> None:
+    engine = local_engine(llama, tiny_llama(seed=77))  # an unrelated draft: mostly rejected
+    rounds = []
+    for seed in (40, 41, 42):
+        request = CompletionRequest(
+            prompt=decode(prompt_ids(20, seed=seed)), max_new_tokens=24, drafter="hybrid"
+        )
+        result = engine.complete(request)
+        assert (
+            result.token_ids == engine.complete(replace(request, drafter="none")).token_ids
+        )  # still lossless
+        model_stats = result.stats["per_drafter"].get("model", {"rounds": 0, "accepted": 0, "drafted": 0})
+        rounds.append(model_stats["rounds"])
+    assert engine._hybrid_acceptance["model"] < 0.5
+    assert rounds[0] > 0 and rounds[2] < rounds[0]  # later calls start with the model already benched
