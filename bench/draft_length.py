@@ -9,7 +9,6 @@ depend on the policy, and the report says if one did.
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from collections import defaultdict
@@ -17,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.metrics import first_difference, markdown_table, median
+from bench.metrics import first_difference, markdown_table, median, write_result_files
 from bench.prompts import BenchPrompt, build_prompts
 from bench.throughput import MethodRunner, ThroughputConfig, environment
 from engine.api import DraftContext, DraftLengthPolicy
@@ -233,13 +232,9 @@ def summarize_policies(runs: list[dict[str, Any]], names: tuple[str, ...]) -> di
 
 
 def write_report(result: dict[str, Any], out: Path, tag: str) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"draft-length-{tag}"
-    json_path = stem.with_suffix(".json")
-    json_path.write_text(json.dumps(result, indent=2, default=_plain) + "\n", encoding="utf-8")
-    md_path = stem.with_suffix(".md")
-    md_path.write_text(markdown_report(result), encoding="utf-8")
-    return [json_path, md_path]
+    return write_result_files(
+        out / f"draft-length-{tag}", result, markdown_report(result), json_default=_plain
+    )
 
 
 def _plain(value: Any) -> Any:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import math
 import os
 import random
@@ -30,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.metrics import percentile
+from bench.metrics import percentile, write_result_files
 
 URI_ROOT = "file:///bench"
 
@@ -461,15 +460,7 @@ def run_keystrokes(config: KeystrokeConfig, progress: bool = True) -> dict[str, 
 
 
 def write_report(result: dict[str, Any], out: Path, tag: str) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"keystrokes-{tag}"
-    json_path = stem.with_suffix(".json")
-    json_path.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
-    md_path = stem.with_suffix(".md")
-    md_path.write_text(markdown_report(result), encoding="utf-8")
-    png_path = stem.with_suffix(".png")
-    plot_cdf(result, png_path)
-    return [json_path, md_path, png_path]
+    return write_result_files(out / f"keystrokes-{tag}", result, markdown_report(result), plot_cdf)
 
 
 def _ms(value: float | None, never: bool = False) -> str:

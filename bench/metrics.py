@@ -10,8 +10,11 @@ steps) in place of that 1.
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 
 def median(values: Sequence[float]) -> float | None:
@@ -91,3 +94,22 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> s
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines.extend("| " + " | ".join(cell(value) for value in row) + " |" for row in rows)
     return "\n".join(lines) + "\n"
+
+
+def write_result_files(
+    stem: Path,
+    result: dict[str, Any],
+    markdown: str,
+    plot: Callable[[dict[str, Any], Path], None] | None = None,
+    json_default: Callable[[Any], Any] = str,
+) -> list[Path]:
+    """Write `stem`.json, `stem`.md and (with a plot function) `stem`.png; return the paths written."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
+    json_path.write_text(json.dumps(result, indent=2, default=json_default) + "\n", encoding="utf-8")
+    md_path.write_text(markdown, encoding="utf-8")
+    if plot is None:
+        return [json_path, md_path]
+    png_path = stem.with_suffix(".png")
+    plot(result, png_path)
+    return [json_path, md_path, png_path]

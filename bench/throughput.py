@@ -13,7 +13,6 @@ forward over k + 1 tokens / one target step, which the paper's formula assumes i
 
 from __future__ import annotations
 
-import json
 import platform
 import statistics
 import subprocess
@@ -30,6 +29,7 @@ from bench.metrics import (
     markdown_table,
     median,
     theoretical_speedup,
+    write_result_files,
 )
 from bench.prompts import BenchPrompt, build_prompts
 
@@ -407,15 +407,7 @@ def goals_met(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_report(result: dict[str, Any], out: Path, tag: str) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"throughput-{tag}"
-    json_path = stem.with_suffix(".json")
-    json_path.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
-    md_path = stem.with_suffix(".md")
-    md_path.write_text(markdown_report(result), encoding="utf-8")
-    png_path = stem.with_suffix(".png")
-    plot(result, png_path)
-    return [json_path, md_path, png_path]
+    return write_result_files(out / f"throughput-{tag}", result, markdown_report(result), plot)
 
 
 def markdown_report(result: dict[str, Any]) -> str:
