@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.metrics import percentile, write_result_files
+from lsp_server.demo.client import to_plain
 
 URI_ROOT = "file:///bench"
 
@@ -150,17 +151,6 @@ def default_regions(config: KeystrokeConfig) -> list[Region]:
     return regions
 
 
-def plain(value: Any) -> Any:
-    """pygls hands untyped results over as namedtuples; turn them into dicts and lists."""
-    if hasattr(value, "_asdict"):
-        return {key: plain(item) for key, item in value._asdict().items()}
-    if isinstance(value, dict):
-        return {key: plain(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(item) for item in value]
-    return value
-
-
 def serve_command(config: KeystrokeConfig, log_file: Path) -> list[str]:
     command = [sys.executable, "-m", "lsp_server.cli", "serve", "--backend", config.backend]
     for flag, value in (
@@ -185,7 +175,7 @@ class ReplayClient:
         self.client = LanguageClient("specls-bench", "1")
         self.statuses: list[dict[str, Any]] = []
         self.messages: list[str] = []
-        self.client.feature("specls/status")(lambda params: self.statuses.append(plain(params)))
+        self.client.feature("specls/status")(lambda params: self.statuses.append(to_plain(params)))
         for method in ("window/logMessage", "window/showMessage"):
             self.client.feature(method)(
                 lambda params: self.messages.append(str(getattr(params, "message", "")))
@@ -232,7 +222,7 @@ class ReplayClient:
 
     async def stats(self) -> dict[str, Any]:
         result = await asyncio.wait_for(self.client.protocol.send_request_async("specls/stats", {}), 30)
-        return dict(plain(result))
+        return dict(to_plain(result))
 
     async def stop(self) -> None:
         with contextlib.suppress(Exception):

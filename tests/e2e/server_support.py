@@ -12,6 +12,8 @@ from typing import Any
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
+from lsp_server.demo.client import to_plain
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -92,18 +94,7 @@ class Session:
 
     async def stats(self) -> dict[str, Any]:
         result = await asyncio.wait_for(self.client.protocol.send_request_async("specls/stats", {}), 10)
-        return plain(result)
-
-
-def plain(value: Any) -> Any:
-    """pygls hands untyped results over as namedtuples; turn them back into dicts and lists."""
-    if hasattr(value, "_asdict"):
-        return {key: plain(item) for key, item in value._asdict().items()}
-    if isinstance(value, dict):
-        return {key: plain(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(item) for item in value]
-    return value
+        return to_plain(result)
 
 
 async def start_session(
@@ -119,7 +110,7 @@ async def start_session(
 
     @client.feature("specls/status")
     def on_status(params: Any) -> None:
-        statuses.append(plain(params))
+        statuses.append(to_plain(params))
 
     if capabilities is None:
         capabilities = types.ClientCapabilities(
