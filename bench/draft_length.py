@@ -21,7 +21,7 @@ from bench.prompts import BenchPrompt, build_prompts
 from bench.throughput import MethodRunner, ThroughputConfig, environment
 from engine.api import DraftContext, DraftLengthPolicy
 
-FIXED_LENGTHS = (2, 4, 8, 16)
+FIXED_LENGTHS = (2, 4, 8, 16, 32)
 
 
 @dataclass
@@ -107,16 +107,39 @@ class DraftLengthConfig:
 
 
 def policy_names() -> tuple[str, ...]:
-    return ("syntax", *(f"fixed-{k}" for k in FIXED_LENGTHS))
+    return ("syntax", "cost-only", "adaptive", *(f"fixed-{k}" for k in FIXED_LENGTHS))
 
 
-def make_policy(name: str, prompt: BenchPrompt) -> RecordingPolicy:
-    from lsp_server.context import FixedDraftPolicy, SyntaxDraftPolicy
+@dataclass
+class PolicyFactory:
+    """Builds each run's policy. The learning policies keep what they learned across prompts, as the server
+    keeps it across keystrokes: "syntax" per syntax context, "cost-only" in one context for all (the same
+    cost-aware sizing without syntax, to show what syntax adds). "adaptive" is the engine's default."""
 
-    syntax = prompt.context.draft_policy
-    known = syntax.known_identifiers if isinstance(syntax, SyntaxDraftPolicy) else frozenset()
-    inner: DraftLengthPolicy = syntax if name == "syntax" else FixedDraftPolicy(int(name.split("-")[1]))
-    return RecordingPolicy(inner, known)
+    syntax: Any = None
+    cost_only: Any = None
+
+    def __post_init__(self) -> None:
+        from lsp_server.context import SyntaxAcceptance
+
+        self.syntax, self.cost_only = SyntaxAcceptance(), SyntaxAcceptance()
+
+    def make(self, name: str, prompt: BenchPrompt) -> RecordingPolicy:
+        from engine.drafters.length import AdaptiveDraftLength
+        from lsp_server.context import FixedDraftPolicy, SyntaxDraftPolicy
+
+        built = prompt.context.draft_policy
+        known = built.known_identifiers if isinstance(built, SyntaxDraftPolicy) else frozenset()
+        inner: DraftLengthPolicy
+        if name == "syntax":
+            inner = SyntaxDraftPolicy(known_identifiers=known, acceptance=self.syntax)
+        elif name == "cost-only":
+            inner = SyntaxDraftPolicy(acceptance=self.cost_only, classify=lambda text, known: "other")
+        elif name == "adaptive":
+            inner = AdaptiveDraftLength()
+        else:
+            inner = FixedDraftPolicy(int(name.split("-")[1]))
+        return RecordingPolicy(inner, known)
 
 
 def run_draft_length(config: DraftLengthConfig, progress: bool = True) -> dict[str, Any]:
@@ -136,9 +159,10 @@ def run_draft_length(config: DraftLengthConfig, progress: bool = True) -> dict[s
         engine, ThroughputConfig(max_new_tokens=config.max_new_tokens, stop_at_eos=config.stop_at_eos)
     )
     names = policy_names()
+    factory = PolicyFactory()
 
     def run(name: str, prompt: BenchPrompt, limit: int) -> dict[str, Any]:
-        policy = make_policy(name, prompt)
+        policy = factory.make(name, prompt)
         engine.target.crop(0)
         engine.draft_decoder.crop(0)
         ctx = prompt.context
@@ -220,7 +244,7 @@ def summarize_policies(runs: list[dict[str, Any]], names: tuple[str, ...]) -> di
                 for per in by_prompt.values()
             ),
         }
-    fixed = [name for name in names if name != "syntax"]
+    fixed = [name for name in names if name.startswith("fixed-")]
     best = max(fixed, key=lambda name: summary[name]["tokens_per_s_median"] or 0.0)
     ratios = [
         statistics.mean(r["tokens_per_s"] for r in per["syntax"])
@@ -299,6 +323,7 @@ def markdown_report(result: dict[str, Any]) -> str:
                     "held >=4",
                     "held >=8",
                     "held >=16",
+                    "held >=32",
                 ],
                 [
                     [

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from engine.api import DraftLengthPolicy
     from engine.drafters.base import Drafter
     from engine.service import LocalEngine
+    from lsp_server.context import SyntaxAcceptance
 
 ENGINE_DRAFTERS = ("model", "lookup", "suffix", "hybrid")
 PEER_METHODS = ("hf-greedy", "hf-assisted", "hf-prompt-lookup")
@@ -75,14 +76,15 @@ class Run:
         return self.new_tokens / self.wall_s if self.wall_s > 0 else float("nan")
 
 
-def make_policy(name: str, prompt: BenchPrompt) -> DraftLengthPolicy | None:
-    """None lets the engine use its adaptive default; "syntax" is the server's per-prompt policy."""
-    from lsp_server.context import FixedDraftPolicy
+def make_policy(name: str, prompt: BenchPrompt, learned: SyntaxAcceptance) -> DraftLengthPolicy | None:
+    """None lets the engine use its adaptive default; "syntax" is the server's policy, which keeps what it
+    learns across prompts in `learned` (the server keeps it across keystrokes)."""
+    from lsp_server.context import FixedDraftPolicy, shared_learning
 
     if name == "adaptive":
         return None
     if name == "syntax":
-        return prompt.context.draft_policy
+        return shared_learning(prompt.context.draft_policy, learned)
     return FixedDraftPolicy(int(name))
 
 
@@ -92,9 +94,12 @@ class MethodRunner:
     def __init__(self, engine: LocalEngine, config: ThroughputConfig) -> None:
         import torch
 
+        from lsp_server.context import SyntaxAcceptance
+
         self.engine = engine
         self.config = config
         self.torch = torch
+        self.learned = SyntaxAcceptance()  # the syntax policy's acceptance curves, kept across prompts
         self.pair = engine.pair
         self.eos_ids = engine.eos_ids
         if not config.stop_at_eos:
@@ -147,7 +152,7 @@ class MethodRunner:
             drafter=drafter,
             lookup_context=ctx.lookup_snippets,
             suffix=ctx.suffix,
-            draft_policy=make_policy(self.config.draft_policy, prompt),
+            draft_policy=make_policy(self.config.draft_policy, prompt, self.learned),
         )
         result = self.engine.complete(request)
         return list(result.token_ids), dict(result.stats)

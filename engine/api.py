@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from engine.costs import StepCosts
+
 FinishReason = Literal["length", "eos", "stop", "cancelled", "error"]
 
 # Given the completion text generated so far, return the index at which the completion must end
@@ -47,6 +49,7 @@ class DraftContext:
     generated: str  # completion text accepted so far
     drafter: str  # name of the drafter proposing this round ("model", "lookup", "suffix", "stale")
     lookup_hit: bool  # True when a lookup drafter found a match this round
+    step_costs: StepCosts | None = None  # what longer drafts cost on this device; None when not measured
 
 
 class DraftLengthPolicy(Protocol):

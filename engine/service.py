@@ -27,6 +27,7 @@ from engine.api import (
     OnText,
 )
 from engine.autoregressive import autoregressive_generate
+from engine.costs import StepCosts, measure_step_costs
 from engine.drafters.base import Drafter
 from engine.drafters.hybrid import HybridDrafter
 from engine.drafters.length import AdaptiveDraftLength
@@ -69,6 +70,24 @@ class LocalEngine:
         self._lookup: tuple[tuple[str, ...], PromptLookupDrafter] | None = None
         self._hybrid_acceptance: dict[str, float] = {}  # per-drafter trust, learned across calls
         self._lock = threading.Lock()
+        self.step_costs = self._measure_step_costs()
+
+    @torch.inference_mode()
+    def _measure_step_costs(self) -> StepCosts:
+        """Price wide verifies and draft steps once, so draft-length policies size drafts for this device."""
+        synchronize = (
+            (lambda logits: logits[-1, 0].item()) if self.pair.device.type == "cuda" else (lambda _: None)
+        )
+        self.target.crop(0)
+        self.draft_decoder.crop(0)
+        return measure_step_costs(
+            self.target.forward,
+            self.target.crop,
+            self.draft_decoder.forward,
+            self.draft_decoder.crop,
+            window=self.window,
+            synchronize=synchronize,
+        )
 
     def info(self) -> BackendInfo:
         return BackendInfo(
@@ -119,6 +138,7 @@ class LocalEngine:
                     decode=self.decode,
                     on_text=on_text,
                     cancel=cancel,
+                    step_costs=self.step_costs,
                 )
             finally:
                 self.draft_decoder.token = None

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from engine.api import CancelToken, CompletionResult, DraftContext, DraftLengthPolicy, OnText
+from engine.costs import StepCosts
 from engine.decoder import CausalDecoder
 from engine.drafters.base import Draft, Drafter
 from engine.generation import (
@@ -72,6 +73,7 @@ def speculative_generate(
     decode: Decode,
     on_text: OnText | None = None,
     cancel: CancelToken | None = None,
+    step_costs: StepCosts | None = None,
 ) -> CompletionResult:
     """Generate a completion of `prompt_ids`; prompts longer than the window are cut from the left.
 
@@ -96,7 +98,7 @@ def speculative_generate(
             # 2. Size this round's draft: the drafter says what it can offer, the policy picks k.
             if cancelled():
                 break
-            k = _draft_length(drafter, policy, context, output, decode)
+            k = _draft_length(drafter, policy, context, output, decode, step_costs)
             k = min(k, output.remaining - 1, target.max_length - len(context))
             # 3. Draft; a draft model polls the cancel token before each of its steps (`PollingDecoder`).
             try:
@@ -141,7 +143,12 @@ def speculative_generate(
 
 
 def _draft_length(
-    drafter: Drafter, policy: DraftLengthPolicy, context: list[int], output: OutputTracker, decode: Decode
+    drafter: Drafter,
+    policy: DraftLengthPolicy,
+    context: list[int],
+    output: OutputTracker,
+    decode: Decode,
+    step_costs: StepCosts | None,
 ) -> int:
     plan = getattr(drafter, "plan", None)  # planning drafters say which of them will propose, and if free
     name, lookup_hit = drafter.name, False
@@ -153,6 +160,7 @@ def _draft_length(
         generated=output.text,
         drafter=name,
         lookup_hit=lookup_hit,
+        step_costs=step_costs,
     )
     return max(0, int(policy.max_draft_tokens(ctx)))
 

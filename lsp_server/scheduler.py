@@ -37,8 +37,10 @@ from lsp_server.config import ServerSettings
 from lsp_server.context import (
     CompletionContext,
     ContextSettings,
+    SyntaxAcceptance,
     build_completion_context,
     finalize_completion,
+    shared_learning,
 )
 from lsp_server.documents import DocumentStore, PositionError, UnknownDocumentError
 
@@ -259,6 +261,8 @@ class Scheduler:
         self._stopping = False
         self._backend: CompletionBackend | None = None
         self._worker: threading.Thread | None = None
+        # What the syntax draft-length policy learned about the loaded model; only the worker touches it.
+        self._draft_acceptance = SyntaxAcceptance()
         # Held by the loop while it edits documents and by the worker while it builds a prompt.
         self.store_lock = threading.Lock()
 
@@ -586,6 +590,7 @@ class Scheduler:
             self._post(self._on_loaded, None, None, f"{type(exc).__name__}: {exc}", epoch)
             return
         self._backend = backend
+        self._draft_acceptance = SyntaxAcceptance()  # a new model drafts differently
         self._post(self._on_loaded, backend, info, None, epoch)
 
     def _on_loaded(
@@ -634,7 +639,7 @@ class Scheduler:
                 previous_completion=generation.previous_completion,
                 drafter=settings.drafter,
                 stop_check=ctx.stop_check,
-                draft_policy=ctx.draft_policy,
+                draft_policy=shared_learning(ctx.draft_policy, self._draft_acceptance),
             )
             self._post(self._count_generation)
             result = backend.complete(

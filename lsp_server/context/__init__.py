@@ -11,7 +11,13 @@ from lsp_server.context.builder import (
     finalize_completion,
 )
 from lsp_server.context.fim import FimTemplate, Snippet, detect_fim_template, prefix_reuse_rate
-from lsp_server.context.policy import FixedDraftPolicy, SyntaxDraftPolicy, syntax_context_of
+from lsp_server.context.policy import (
+    FixedDraftPolicy,
+    SyntaxAcceptance,
+    SyntaxDraftPolicy,
+    shared_learning,
+    syntax_context_of,
+)
 
 __all__ = [
     "CompletionContext",
@@ -19,10 +25,12 @@ __all__ = [
     "FimTemplate",
     "FixedDraftPolicy",
     "Snippet",
+    "SyntaxAcceptance",
     "SyntaxDraftPolicy",
     "build_completion_context",
     "detect_fim_template",
     "finalize_completion",
     "prefix_reuse_rate",
+    "shared_learning",
     "syntax_context_of",
 ]

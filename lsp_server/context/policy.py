@@ -1,18 +1,25 @@
 """Syntax-tuned draft lengths: draft far ahead where code is predictable, briefly at decision points.
 
-`syntax_context_of` names the situation before the next token; `SyntaxDraftPolicy` maps it to a maximum
-draft length. The benchmark measures acceptance per context with the same classifier, which is how the
-table below is meant to be tuned (and checked against the best fixed length).
+`syntax_context_of` names the situation before the next token. `SyntaxDraftPolicy` keeps, per drafter and
+syntax context, how long drafts have held (an `AcceptanceCurve`, starting from the prior rates below), and
+each round picks the length with the most expected tokens per unit of verify cost on this device
+(`engine.drafters.sizing.best_draft_length`). Where drafts hold, that is long (an indented block, a closing
+bracket, an identifier already in the file); at a decision point it is short, or no draft at all when a
+wide verify would cost more than the tokens it is likely to win. The benchmark
+(`specls bench draft-length`) measures acceptance per context with the same classifier and compares the
+policy with every fixed length.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from engine.api import DraftContext
+from engine.api import DraftContext, DraftLengthPolicy
+from engine.costs import ASSUMED_COSTS
+from engine.drafters.sizing import AcceptanceCurve, best_draft_length
 from lsp_server.context.syntax import CLOSERS, OPENERS
 
 SYNTAX_CONTEXTS = (
@@ -27,19 +34,26 @@ SYNTAX_CONTEXTS = (
     "statement-start",  # indentation done, a new statement begins: the biggest choice
 )
 
-DEFAULT_LENGTHS: Mapping[str, int] = MappingProxyType(
+# Prior per-token acceptance of a draft model's tokens, by context, before any round has been observed.
+# Ordered as the benchmark's acceptance table found them (bench/results/draft-length-cpu*.md).
+MODEL_PRIOR: Mapping[str, float] = MappingProxyType(
     {
-        "indentation": 10,
-        "closing": 8,
-        "known-identifier": 10,
-        "repeated": 12,
-        "identifier": 6,
-        "other": 5,
-        "after-open": 4,
-        "after-operator": 3,
-        "statement-start": 3,
+        "indentation": 0.85,
+        "closing": 0.85,
+        "known-identifier": 0.75,
+        "repeated": 0.75,
+        "identifier": 0.6,
+        "other": 0.6,
+        "after-open": 0.55,
+        "after-operator": 0.55,
+        "statement-start": 0.5,
     }
 )
+# Copied text (prompt lookup, the suffix) either continues the way it did before or breaks early.
+COPY_PRIOR: Mapping[str, float] = MappingProxyType(
+    {context: min(0.92, rate + 0.1) for context, rate in MODEL_PRIOR.items()}
+)
+MAX_LENGTH = {"model": 16, "copy": 32}
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _OPERATOR_CHARS = set("=+-*/%<>!&|^~,.?:@")
@@ -92,19 +106,69 @@ def _starts_an_earlier_line(earlier_text: str, code: str) -> bool:
 
 
 @dataclass
-class SyntaxDraftPolicy:
-    """An engine.api.DraftLengthPolicy: the maximum draft length for the next speculative round."""
+class SyntaxAcceptance:
+    """Acceptance curves per (drafter, syntax context), learned across completions of one loaded model."""
 
-    lengths: Mapping[str, int] = field(default_factory=lambda: DEFAULT_LENGTHS)
+    curves: dict[tuple[str, str], AcceptanceCurve] = field(default_factory=dict)
+
+    def curve(self, drafter: str, context: str) -> AcceptanceCurve:
+        key = (drafter, context)
+        if key not in self.curves:
+            kind = "model" if drafter == "model" else "copy"
+            prior = (MODEL_PRIOR if kind == "model" else COPY_PRIOR).get(context, MODEL_PRIOR["other"])
+            self.curves[key] = AcceptanceCurve(prior=prior, max_length=MAX_LENGTH[kind])
+        return self.curves[key]
+
+
+@dataclass
+class SyntaxDraftPolicy:
+    """An engine.api.DraftLengthPolicy that sizes each draft from the acceptance seen in its syntax context.
+
+    Share one `acceptance` across requests (the scheduler does, per loaded model) so the policy learns.
+    """
+
     known_identifiers: frozenset[str] = frozenset()
-    lookup_length: int = 16  # a lookup drafter that found a match copies text: let it run
-    max_length: int = 16
+    acceptance: SyntaxAcceptance = field(default_factory=SyntaxAcceptance)
+    # Names the context a draft starts in; the benchmark swaps in a constant to measure what syntax adds.
+    classify: Callable[[str, Iterable[str]], str] = field(
+        default=lambda text, known: syntax_context_of(text, known)
+    )
+    max_length: int = 32
+    stale_length: int = 64  # an earlier suggestion's remainder is re-verified whole: it is usually right
+    retry_factor: float = 0.99  # each round a context is not drafted, its evidence fades toward the prior
+    _pending: AcceptanceCurve | None = None
 
     def max_draft_tokens(self, ctx: DraftContext) -> int:
-        if ctx.lookup_hit:
-            return min(self.lookup_length, self.max_length)
-        context = syntax_context_of(ctx.text_before, self.known_identifiers)
-        return max(1, min(self.lengths.get(context, DEFAULT_LENGTHS["other"]), self.max_length))
+        self._pending = None
+        if ctx.drafter == "none":
+            return 0
+        if ctx.drafter == "stale":
+            return self.stale_length
+        curve = self.acceptance.curve(ctx.drafter, self.classify(ctx.text_before, self.known_identifiers))
+        costs = ctx.step_costs or ASSUMED_COSTS
+        by_model = ctx.drafter == "model"
+        k = best_draft_length(
+            curve.continue_probs(),
+            lambda k: costs.round_cost(k, by_model),
+            min(self.max_length, curve.max_length),
+        )
+        if k == 0:
+            curve.forget(self.retry_factor)
+        else:
+            self._pending = curve
+        return k
+
+    def observe(self, drafter: str, num_drafted: int, num_accepted: int) -> None:
+        curve, self._pending = self._pending, None
+        if curve is not None and num_drafted > 0:
+            curve.record(num_drafted, num_accepted)
+
+
+def shared_learning(policy: DraftLengthPolicy, acceptance: SyntaxAcceptance) -> DraftLengthPolicy:
+    """The same policy, learning into `acceptance` (kept across requests) when it is a syntax policy."""
+    if isinstance(policy, SyntaxDraftPolicy):
+        return replace(policy, acceptance=acceptance)
+    return policy
 
 
 @dataclass(frozen=True)

@@ -148,5 +148,5 @@ def test_acceptance_by_context_counts_held_drafts() -> None:
     assert list(table) == ["model / indentation", "model / statement-start"]
     indentation = table["model / indentation"]
     assert indentation["rounds"] == 2 and indentation["acceptance"] == pytest.approx(9 / 12)
-    assert indentation["held_at_least"] == {"2": 0.5, "4": 0.5, "8": 1.0, "16": None}
+    assert indentation["held_at_least"] == {"2": 0.5, "4": 0.5, "8": 1.0, "16": None, "32": None}
     assert table["model / statement-start"]["held_at_least"]["2"] == 0.0

@@ -1,0 +1,94 @@
+"""What a speculative round costs on this device, in units of one plain target decode step.
+
+A draft-length policy needs the price of a longer draft: verifying k drafted tokens is one target forward
+over k + 1 positions, and drafting them with a model costs k draft steps. On a GPU a wide verify costs about
+the same as a plain step; on this CPU a 10M-parameter target pays ~1.3x for 2 positions and ~2.5x for 17
+(bench/results/throughput-cpu.md). `measure_step_costs` times both decoders once, at load.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+VERIFY_WIDTHS = (1, 2, 4, 8, 16, 32)  # draft tokens k whose verify cost is measured
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """Costs relative to one target decode step; `verify[i]` is the cost of verifying `widths[i]` drafts."""
+
+    widths: tuple[int, ...]
+    verify: tuple[float, ...]
+    draft_step: float  # one draft-model forward
+
+    def __post_init__(self) -> None:
+        if not self.widths or len(self.widths) != len(self.verify):
+            raise ValueError("need one verify cost per width")
+        if list(self.widths) != sorted(set(self.widths)) or self.widths[0] < 1:
+            raise ValueError("widths must be increasing and positive")
+
+    def verify_cost(self, k: int) -> float:
+        """Cost of one target forward over k drafts (k = 0 is a plain step), interpolated between the measured
+        widths and extended along the last segment beyond them."""
+        if k <= 0:
+            return 1.0
+        points = [(0, 1.0), *zip(self.widths, self.verify, strict=True)]
+        for (k0, v0), (k1, v1) in zip(points, points[1:], strict=False):
+            if k <= k1:
+                return v0 + (v1 - v0) * (k - k0) / (k1 - k0)
+        (k0, v0), (k1, v1) = points[-2], points[-1]
+        return v1 + max(0.0, (v1 - v0) / (k1 - k0)) * (k - k1)
+
+    def round_cost(self, k: int, drafted_by_model: bool) -> float:
+        return self.verify_cost(k) + (k * self.draft_step if drafted_by_model else 0.0)
+
+
+# Used when nothing was measured (a policy built outside the engine, unit tests): a CPU-like linear price.
+ASSUMED_COSTS = StepCosts(widths=(1, 32), verify=(1.3, 4.0), draft_step=0.15)
+
+
+def measure_step_costs(
+    target_forward: Callable[[list[int]], object],
+    target_crop: Callable[[int], None],
+    draft_forward: Callable[[list[int]], object] | None,
+    draft_crop: Callable[[int], None] | None,
+    *,
+    window: int,
+    context_tokens: int = 64,
+    repeats: int = 5,
+    synchronize: Callable[[object], None] = lambda logits: None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> StepCosts:
+    """Time a plain step, verifies of every width in VERIFY_WIDTHS that fits the window, and a draft step.
+
+    Both decoders must start with an empty cache and are left empty. Each time is the fastest of `repeats`
+    runs: interference from other processes only ever adds time. `synchronize` waits for an asynchronous
+    device (a CUDA sync on the logits).
+    """
+    context_tokens = min(context_tokens, window // 2)
+    context = [(7 * i + 3) % 251 for i in range(context_tokens)]
+
+    def fastest(forward: Callable[[list[int]], object], crop: Callable[[int], None], width: int) -> float:
+        best = float("inf")
+        for _ in range(repeats + 1):  # the first run warms kernels and caches up
+            started = clock()
+            synchronize(forward(context[:width]))
+            best = min(best, clock() - started)
+            crop(context_tokens)
+        return best
+
+    target_forward(context)
+    step = fastest(target_forward, target_crop, 1)
+    widths = tuple(k for k in VERIFY_WIDTHS if context_tokens + k + 1 <= window)
+    verify = tuple(fastest(target_forward, target_crop, k + 1) / step for k in widths)
+    target_crop(0)
+    draft_step = 0.0
+    if draft_forward is not None and draft_crop is not None:
+        draft_forward(context)
+        draft_step = fastest(draft_forward, draft_crop, 1) / step
+        draft_crop(0)
+    if not widths:  # a window too small to measure: price verifies like plain steps
+        return StepCosts(widths=(1,), verify=(1.0,), draft_step=draft_step)
+    return StepCosts(widths=widths, verify=verify, draft_step=draft_step)

@@ -1,0 +1,81 @@
+"""Choosing a draft length from how long drafts have held and what a wider verify costs.
+
+A round that drafts k tokens yields 1 + A tokens (A drafts accepted, plus the target's own next token) and
+costs `StepCosts.round_cost(k)`; drafting nothing yields one token for one step. If p_j is the chance that
+draft token j is accepted given that tokens 1..j-1 were, then E[A | k] = sum over n <= k of p_1 * ... * p_n
+(the expected accepted length of Leviathan et al., with a per-position rate in place of one alpha). The
+best k maximises tokens per unit of cost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+
+def expected_accepted(continue_probs: Sequence[float], k: int) -> float:
+    """E[accepted drafts] when drafting k tokens: sum_{n<=k} prod_{j<=n} p_j."""
+    expected, survive = 0.0, 1.0
+    for p in continue_probs[:k]:
+        survive *= p
+        expected += survive
+    return expected
+
+
+def best_draft_length(
+    continue_probs: Sequence[float], round_cost: Callable[[int], float], max_length: int
+) -> int:
+    """The k in 0..max_length with the most expected tokens per unit of cost (0: a plain step pays best)."""
+    best_k, best_rate = 0, 1.0 / round_cost(0)
+    expected, survive = 1.0, 1.0
+    for k, p in enumerate(continue_probs[:max_length], start=1):
+        survive *= p
+        expected += survive
+        rate = expected / round_cost(k)
+        if rate > best_rate:
+            best_k, best_rate = k, rate
+    return best_k
+
+
+@dataclass
+class AcceptanceCurve:
+    """Per-position acceptance counts for one kind of draft, shrunk toward a prior rate.
+
+    Position j was *tried* when a draft reached it with tokens 1..j-1 accepted, and *held* when token j was
+    accepted too. The estimate of p_j is (held_j + w * prior) / (tried_j + w), so a position with little data
+    follows the prior and one with much data follows the data.
+    """
+
+    prior: float
+    max_length: int = 32
+    prior_weight: float = 4.0
+    tried: list[float] = field(default_factory=list)
+    held: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.prior < 1.0:
+            raise ValueError(f"prior acceptance must be in (0, 1), got {self.prior}")
+        self.tried = self.tried or [0.0] * self.max_length
+        self.held = self.held or [0.0] * self.max_length
+
+    def continue_probs(self) -> list[float]:
+        return [
+            (held + self.prior_weight * self.prior) / (tried + self.prior_weight)
+            for tried, held in zip(self.tried, self.held, strict=True)
+        ]
+
+    def record(self, drafted: int, accepted: int) -> None:
+        """One verified draft: positions 1..min(accepted + 1, drafted) were tried, 1..accepted held."""
+        for j in range(min(drafted, accepted + 1, self.max_length)):
+            self.tried[j] += 1.0
+            if j < accepted:
+                self.held[j] += 1.0
+
+    def forget(self, factor: float) -> None:
+        """Scale the counts down, so the prior regains weight (a kind that is never drafted gets retried)."""
+        self.tried = [count * factor for count in self.tried]
+        self.held = [count * factor for count in self.held]
+
+    @property
+    def rounds(self) -> float:
+        return self.tried[0]
