@@ -56,39 +56,46 @@ def measure_step_costs(
     draft_crop: Callable[[int], None] | None,
     *,
     window: int,
-    context_tokens: int = 64,
-    repeats: int = 5,
+    context_tokens: int = 256,
+    repeats: int = 10,
     synchronize: Callable[[object], None] = lambda logits: None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> StepCosts:
     """Time a plain step, verifies of every width in VERIFY_WIDTHS that fits the window, and a draft step.
 
-    Both decoders must start with an empty cache and are left empty. Each time is the fastest of `repeats`
-    runs: interference from other processes only ever adds time. `synchronize` waits for an asynchronous
-    device (a CUDA sync on the logits).
+    Both decoders must start with an empty cache and are left empty. The widths are timed in turn, `repeats`
+    rounds, and each keeps its fastest time: another process competing for the CPU only ever adds time, and
+    taking turns spreads it over all widths alike. `synchronize` waits for an asynchronous device (a CUDA
+    sync on the logits).
     """
     context_tokens = min(context_tokens, window // 2)
     context = [(7 * i + 3) % 251 for i in range(context_tokens)]
+    widths = tuple(k for k in VERIFY_WIDTHS if context_tokens + k + 1 <= window)
 
-    def fastest(forward: Callable[[list[int]], object], crop: Callable[[int], None], width: int) -> float:
-        best = float("inf")
-        for _ in range(repeats + 1):  # the first run warms kernels and caches up
-            started = clock()
-            synchronize(forward(context[:width]))
-            best = min(best, clock() - started)
-            crop(context_tokens)
-        return best
+    def timed(forward: Callable[[list[int]], object], crop: Callable[[int], None], width: int) -> float:
+        started = clock()
+        synchronize(forward(context[:width]))
+        elapsed = clock() - started
+        crop(context_tokens)
+        return elapsed
 
     target_forward(context)
-    step = fastest(target_forward, target_crop, 1)
-    widths = tuple(k for k in VERIFY_WIDTHS if context_tokens + k + 1 <= window)
-    verify = tuple(fastest(target_forward, target_crop, k + 1) / step for k in widths)
-    target_crop(0)
-    draft_step = 0.0
+    fastest = {width: float("inf") for width in (1, *(k + 1 for k in widths))}
+    draft_fastest = float("inf")
     if draft_forward is not None and draft_crop is not None:
         draft_forward(context)
-        draft_step = fastest(draft_forward, draft_crop, 1) / step
+    for _ in range(repeats + 1):  # the first round warms kernels and caches up
+        for width in fastest:
+            fastest[width] = min(fastest[width], timed(target_forward, target_crop, width))
+        if draft_forward is not None and draft_crop is not None:
+            draft_fastest = min(draft_fastest, timed(draft_forward, draft_crop, 1))
+    target_crop(0)
+    if draft_crop is not None:
         draft_crop(0)
+    step = fastest[1]
+    draft_step = draft_fastest / step if draft_fastest < float("inf") else 0.0
     if not widths:  # a window too small to measure: price verifies like plain steps
         return StepCosts(widths=(1,), verify=(1.0,), draft_step=draft_step)
-    return StepCosts(widths=widths, verify=verify, draft_step=draft_step)
+    return StepCosts(
+        widths=widths, verify=tuple(fastest[k + 1] / step for k in widths), draft_step=draft_step
+    )

@@ -39,29 +39,28 @@ def best_draft_length(
 
 @dataclass
 class AcceptanceCurve:
-    """Per-position acceptance counts for one kind of draft, shrunk toward a prior rate.
+    """Per-position acceptance counts for one kind of draft.
 
     Position j was *tried* when a draft reached it with tokens 1..j-1 accepted, and *held* when token j was
-    accepted too. The estimate of p_j is (held_j + w * prior) / (tried_j + w), so a position with little data
-    follows the prior and one with much data follows the data.
+    accepted too. `continue_probs(prior)` estimates p_j as (held_j + w * prior_j) / (tried_j + w): a position
+    with little data follows the prior, one with much data follows the data.
     """
 
-    prior: float
     max_length: int = 32
     prior_weight: float = 4.0
     tried: list[float] = field(default_factory=list)
     held: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.prior < 1.0:
-            raise ValueError(f"prior acceptance must be in (0, 1), got {self.prior}")
         self.tried = self.tried or [0.0] * self.max_length
         self.held = self.held or [0.0] * self.max_length
 
-    def continue_probs(self) -> list[float]:
+    def continue_probs(self, prior: Sequence[float]) -> list[float]:
+        if len(prior) < self.max_length:
+            raise ValueError(f"need a prior for each of {self.max_length} positions, got {len(prior)}")
         return [
-            (held + self.prior_weight * self.prior) / (tried + self.prior_weight)
-            for tried, held in zip(self.tried, self.held, strict=True)
+            (held + self.prior_weight * rate) / (tried + self.prior_weight)
+            for tried, held, rate in zip(self.tried, self.held, prior, strict=False)
         ]
 
     def record(self, drafted: int, accepted: int) -> None:

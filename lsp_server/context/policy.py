@@ -12,6 +12,7 @@ policy with every fixed length.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -34,26 +35,31 @@ SYNTAX_CONTEXTS = (
     "statement-start",  # indentation done, a new statement begins: the biggest choice
 )
 
-# Prior per-token acceptance of a draft model's tokens, by context, before any round has been observed.
-# Ordered as the benchmark's acceptance table found them (bench/results/draft-length-cpu*.md).
-MODEL_PRIOR: Mapping[str, float] = MappingProxyType(
+# How a syntax context shifts the chance that a draft token holds, before its own rounds are counted:
+# up where code is predictable, down at decision points. Its rounds soon outweigh this (see `SyntaxAcceptance`).
+CONTEXT_SHIFT: Mapping[str, float] = MappingProxyType(
     {
-        "indentation": 0.85,
-        "closing": 0.85,
-        "known-identifier": 0.75,
-        "repeated": 0.75,
-        "identifier": 0.6,
-        "other": 0.6,
-        "after-open": 0.55,
-        "after-operator": 0.55,
-        "statement-start": 0.5,
+        "indentation": 0.15,
+        "closing": 0.15,
+        "known-identifier": 0.1,
+        "repeated": 0.1,
+        "identifier": 0.0,
+        "other": 0.0,
+        "after-open": -0.05,
+        "after-operator": -0.05,
+        "statement-start": -0.1,
     }
 )
-# Copied text (prompt lookup, the suffix) either continues the way it did before or breaks early.
-COPY_PRIOR: Mapping[str, float] = MappingProxyType(
-    {context: min(0.92, rate + 0.1) for context, rate in MODEL_PRIOR.items()}
-)
 MAX_LENGTH = {"model": 16, "copy": 32}
+
+
+def base_prior(kind: str) -> list[float]:
+    """Per-position acceptance before any round: a draft model's tokens hold at a flat rate; copied text
+    either breaks at once or runs on, so each token that held makes the next more likely to hold."""
+    if kind == "model":
+        return [0.65] * MAX_LENGTH[kind]
+    return [1.0 - 0.3 / math.sqrt(j) for j in range(1, MAX_LENGTH[kind] + 1)]
+
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _OPERATOR_CHARS = set("=+-*/%<>!&|^~,.?:@")
@@ -107,17 +113,39 @@ def _starts_an_earlier_line(earlier_text: str, code: str) -> bool:
 
 @dataclass
 class SyntaxAcceptance:
-    """Acceptance curves per (drafter, syntax context), learned across completions of one loaded model."""
+    """Acceptance curves per drafter and per (drafter, syntax context), learned across completions of one
+    loaded model.
+
+    A context's estimate shrinks toward its drafter's pooled curve moved by the context's `CONTEXT_SHIFT`,
+    so a rare context starts from what the drafter does everywhere and a common one soon follows its own
+    rounds (empirical Bayes, in counts).
+    """
 
     curves: dict[tuple[str, str], AcceptanceCurve] = field(default_factory=dict)
+    pooled: dict[str, AcceptanceCurve] = field(default_factory=dict)
 
-    def curve(self, drafter: str, context: str) -> AcceptanceCurve:
-        key = (drafter, context)
-        if key not in self.curves:
-            kind = "model" if drafter == "model" else "copy"
-            prior = (MODEL_PRIOR if kind == "model" else COPY_PRIOR).get(context, MODEL_PRIOR["other"])
-            self.curves[key] = AcceptanceCurve(prior=prior, max_length=MAX_LENGTH[kind])
-        return self.curves[key]
+    def continue_probs(self, drafter: str, context: str) -> list[float]:
+        kind = "model" if drafter == "model" else "copy"
+        shared = self._pooled(drafter, kind).continue_probs(base_prior(kind))
+        shift = CONTEXT_SHIFT.get(context, 0.0)
+        prior = [min(0.98, max(0.02, rate + shift)) for rate in shared]
+        return self._curve(drafter, context, kind).continue_probs(prior)
+
+    def record(self, drafter: str, context: str, drafted: int, accepted: int) -> None:
+        kind = "model" if drafter == "model" else "copy"
+        self._pooled(drafter, kind).record(drafted, accepted)
+        self._curve(drafter, context, kind).record(drafted, accepted)
+
+    def forget(self, drafter: str, context: str, factor: float) -> None:
+        kind = "model" if drafter == "model" else "copy"
+        self._pooled(drafter, kind).forget(factor)
+        self._curve(drafter, context, kind).forget(factor)
+
+    def _pooled(self, drafter: str, kind: str) -> AcceptanceCurve:
+        return self.pooled.setdefault(drafter, AcceptanceCurve(max_length=MAX_LENGTH[kind]))
+
+    def _curve(self, drafter: str, context: str, kind: str) -> AcceptanceCurve:
+        return self.curves.setdefault((drafter, context), AcceptanceCurve(max_length=MAX_LENGTH[kind]))
 
 
 @dataclass
@@ -136,7 +164,7 @@ class SyntaxDraftPolicy:
     max_length: int = 32
     stale_length: int = 64  # an earlier suggestion's remainder is re-verified whole: it is usually right
     retry_factor: float = 0.99  # each round a context is not drafted, its evidence fades toward the prior
-    _pending: AcceptanceCurve | None = None
+    _pending: tuple[str, str] | None = None  # (drafter, context) of the round in flight
 
     def max_draft_tokens(self, ctx: DraftContext) -> int:
         self._pending = None
@@ -144,24 +172,21 @@ class SyntaxDraftPolicy:
             return 0
         if ctx.drafter == "stale":
             return self.stale_length
-        curve = self.acceptance.curve(ctx.drafter, self.classify(ctx.text_before, self.known_identifiers))
+        context = self.classify(ctx.text_before, self.known_identifiers)
+        probs = self.acceptance.continue_probs(ctx.drafter, context)
         costs = ctx.step_costs or ASSUMED_COSTS
         by_model = ctx.drafter == "model"
-        k = best_draft_length(
-            curve.continue_probs(),
-            lambda k: costs.round_cost(k, by_model),
-            min(self.max_length, curve.max_length),
-        )
+        k = best_draft_length(probs, lambda k: costs.round_cost(k, by_model), self.max_length)
         if k == 0:
-            curve.forget(self.retry_factor)
+            self.acceptance.forget(ctx.drafter, context, self.retry_factor)
         else:
-            self._pending = curve
+            self._pending = (ctx.drafter, context)
         return k
 
     def observe(self, drafter: str, num_drafted: int, num_accepted: int) -> None:
-        curve, self._pending = self._pending, None
-        if curve is not None and num_drafted > 0:
-            curve.record(num_drafted, num_accepted)
+        pending, self._pending = self._pending, None
+        if pending is not None and num_drafted > 0:
+            self.acceptance.record(*pending, num_drafted, num_accepted)
 
 
 def shared_learning(policy: DraftLengthPolicy, acceptance: SyntaxAcceptance) -> DraftLengthPolicy:

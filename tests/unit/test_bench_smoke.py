@@ -104,7 +104,13 @@ def test_draft_length_smoke(tiny_pair: tuple[Path, Path], tmp_path: Path) -> Non
     policies = result["policies"]
     for name in policy_names():
         assert policies[name]["output_differs_from_syntax_on"] == [], name
-    assert policies["syntax_vs_best_fixed"]["best_fixed"].startswith("fixed-")
+    for measure in ("tokens_per_s_overall", "tokens_per_modeled_step"):
+        verdict = policies[f"vs_best_fixed_{measure}"]
+        assert verdict["best_fixed"].startswith("fixed-")
+        assert verdict["syntax"] == pytest.approx(
+            policies["syntax"][measure] / policies[verdict["best_fixed"]][measure]
+        )
+    assert policies["syntax"]["tokens_per_modeled_step"] > 0
     json_path, md_path = write_report(result, tmp_path, "smoke")
     assert json.loads(json_path.read_text())["benchmark"] == "draft-length"
     assert "Acceptance per syntax context" in md_path.read_text()

@@ -97,6 +97,20 @@ def test_policy_learns_per_context_from_observed_rounds() -> None:
     assert 5 <= skipped < 200
 
 
+def test_rare_contexts_start_from_what_the_drafter_does_everywhere() -> None:
+    learned = SyntaxAcceptance()
+    fresh = learned.continue_probs("model", "closing")
+    for _ in range(50):  # the model's drafts hold everywhere else
+        learned.record("model", "identifier", 8, 8)
+    assert learned.continue_probs("model", "closing")[0] > fresh[0]
+    # Syntax still matters before a context's own rounds arrive: decision points start lower.
+    assert (
+        learned.continue_probs("model", "statement-start")[0] < learned.continue_probs("model", "closing")[0]
+    )
+    copy = learned.continue_probs("lookup", "other")
+    assert copy[0] < copy[8] < copy[31]  # copied text that held so far tends to keep holding
+
+
 def test_stale_none_and_caps() -> None:
     policy = SyntaxDraftPolicy(max_length=3)
     assert policy.max_draft_tokens(_ctx("x", "stale")) == policy.stale_length
@@ -115,5 +129,6 @@ def test_shared_learning_keeps_one_acceptance_across_requests() -> None:
     second = shared_learning(SyntaxDraftPolicy(), learned)
     assert isinstance(second, SyntaxDraftPolicy)
     assert second.acceptance.curves[("model", "after-operator")].rounds == 1
+    assert second.acceptance.pooled["model"].rounds == 1
     fixed = FixedDraftPolicy(4)
     assert shared_learning(fixed, learned) is fixed

@@ -26,16 +26,17 @@ def test_best_draft_length_trades_tokens_against_cost() -> None:
 
 
 def test_acceptance_curve_counts_positions_reached_and_held() -> None:
-    curve = AcceptanceCurve(prior=0.5, max_length=4, prior_weight=4.0)
+    curve = AcceptanceCurve(max_length=4, prior_weight=4.0)
     curve.record(drafted=4, accepted=2)  # positions 1, 2 held, 3 was tried and failed, 4 never reached
     assert curve.tried == [1, 1, 1, 0] and curve.held == [1, 1, 0, 0]
-    assert curve.continue_probs() == pytest.approx([0.6, 0.6, 0.4, 0.5])
+    assert curve.continue_probs([0.5] * 4) == pytest.approx([0.6, 0.6, 0.4, 0.5])
+    assert curve.continue_probs([0.5, 0.5, 0.5, 0.9])[3] == pytest.approx(0.9)  # no data: the prior
     curve.record(drafted=9, accepted=9)  # longer than the curve: counted up to its length
     assert curve.tried == [2, 2, 2, 1] and curve.rounds == 2
     curve.forget(0.5)
     assert curve.tried == [1, 1, 1, 0.5] and curve.held == [1, 1, 0.5, 0.5]
     with pytest.raises(ValueError, match="prior"):
-        AcceptanceCurve(prior=1.0)
+        curve.continue_probs([0.5])
 
 
 def test_step_costs_interpolate_and_extend() -> None:
