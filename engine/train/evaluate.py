@@ -143,18 +143,20 @@ def fim_exact_match(
 
     eos = ids_of(EOS)
     hits = 0
+    budget = model.config.max_position_embeddings - max_new_tokens - 3  # 3 FIM tokens
     for case in cases:
-        prompt = [ids_of(FIM_SUFFIX), *tokenizer.encode(case.suffix).ids, ids_of(FIM_PREFIX)]
-        prompt += [*tokenizer.encode(case.prefix).ids, ids_of(FIM_MIDDLE)]
-        window = model.config.max_position_embeddings - max_new_tokens
+        # Fit the window by cutting the suffix's end and the prefix's start, never the FIM tokens.
+        suffix = tokenizer.encode(case.suffix).ids[: budget // 3]
+        prefix = tokenizer.encode(case.prefix).ids[-(budget - len(suffix)) :]
+        prompt = [ids_of(FIM_SUFFIX), *suffix, ids_of(FIM_PREFIX), *prefix, ids_of(FIM_MIDDLE)]
         output = model.generate(  # type: ignore[operator]
-            torch.tensor([prompt[-window:]]),
+            torch.tensor([prompt]),
             max_new_tokens=max_new_tokens,
             do_sample=False,
             eos_token_id=eos,
             pad_token_id=eos,
         )
-        text = tokenizer.decode(output[0, len(prompt[-window:]) :].tolist(), skip_special_tokens=True)
+        text = tokenizer.decode(output[0, len(prompt) :].tolist(), skip_special_tokens=True)
         hits += text.split("\n")[0].strip() == case.middle.strip()
     return hits / len(cases)
 

@@ -13,6 +13,7 @@ import pytest
 
 from lsp_server.backends.fake import FakeBackend, continuation_for, split_tokens
 from lsp_server.config import FakeSettings, ServerSettings
+from lsp_server.context import SyntaxDraftPolicy
 from lsp_server.documents import DocumentStore, TextChange
 from lsp_server.scheduler import (
     Scheduler,
@@ -88,7 +89,7 @@ def prefix_only_context(store, uri, offset, info, settings, count_tokens):  # ty
         suffix=text[offset:],
         mode="multi-line",
         stop_check=None,
-        draft_policy=None,
+        draft_policy=SyntaxDraftPolicy(),
         lookup_snippets=(),
         stop_strings=(),
     )
@@ -397,3 +398,21 @@ async def test_debounce_lets_only_the_last_of_a_quick_burst_reach_the_model(make
     answers = await asyncio.wait_for(asyncio.gather(*burst), timeout=5)
     assert [a.text if a else None for a in answers] == [None, None, "1"]
     assert [request.prompt for request, _ in h.backend.calls] == ["x = "]
+
+
+async def test_the_syntax_policy_keeps_learning_across_requests_until_the_model_changes(make_harness) -> None:
+    h = await make_harness(RULES)
+    h.open(URI, "def greet(")
+    await h.answer(URI)
+    h.type(URI, "x")
+    await h.answer(URI)
+    first, second = (request.draft_policy for request, _ in h.backend.calls)
+    assert isinstance(first, SyntaxDraftPolicy) and isinstance(second, SyntaxDraftPolicy)
+    assert first.acceptance is second.acceptance  # one learner for the loaded model
+    h.ready.clear()
+    h.scheduler.load(h.scheduler.settings)
+    await asyncio.wait_for(h.ready.wait(), timeout=10)
+    h.type(URI, "y")
+    await h.answer(URI)
+    third = h.backend.calls[-1][0].draft_policy
+    assert isinstance(third, SyntaxDraftPolicy) and third.acceptance is not first.acceptance
