@@ -13,9 +13,23 @@ import torch
 from tokenizers import Tokenizer
 from transformers import LlamaForCausalLM
 
+from engine.costs import DRAFT_RUN, StepCosts, measure_step_costs
+from engine.lean import LeanLlamaDecoder
 from engine.train import evaluate
 from engine.train.corpus import HELD_OUT_BYTE_BELOW, SourceFile
 from engine.train.pipeline import TrainPreset, TrainResult
+
+
+def _lean_step_costs(target: LlamaForCausalLM, draft: LlamaForCausalLM) -> StepCosts:
+    """A draft step and wide verifies priced in target steps on the engine's lean decoder path."""
+    lean_target, lean_draft = LeanLlamaDecoder(target), LeanLlamaDecoder(draft)
+    return measure_step_costs(
+        lean_target.forward,
+        lean_target.crop,
+        lean_draft.forward,
+        lean_draft.crop,
+        window=min(lean_target.max_length, lean_draft.max_length),
+    )
 
 
 def _folder_bytes(folder: Path) -> int:
@@ -41,6 +55,7 @@ def evaluate_pair(
     cases = evaluate.fim_cases(result.held_out, preset.eval_functions)
     fim_em = evaluate.fim_exact_match(target, tokenizer, cases)
     samples = evaluate.sample_completions(target, tokenizer, result.held_out)
+    costs = _lean_step_costs(target, draft)
     n_params = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
     return {
         "preset": preset.name,
@@ -62,6 +77,10 @@ def evaluate_pair(
         "greedy_agreement_alpha": round(alpha, 4),
         "fim_cases": len(cases),
         "fim_line_exact_match": round(fim_em, 4),
+        "draft_step_over_target_step": round(costs.draft_step, 4),
+        "verify_cost_in_target_steps": dict(
+            zip(costs.widths, [round(v, 3) for v in costs.verify], strict=True)
+        ),
         "eval_seconds": round(time.perf_counter() - started, 1),
         "samples": [{"prompt_tail": p, "completion": c} for p, c in samples],
         "machine": f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads",
@@ -110,6 +129,8 @@ Machine: {m["machine"]}.
 | draft cross-entropy | {m["held_out_ce_draft"]} |
 | interpolated trigram baseline cross-entropy | {m["held_out_ce_trigram"]} |
 | draft-target greedy token agreement (alpha) | {m["greedy_agreement_alpha"]} |
+| draft step / target step (lean decoder, runs of {DRAFT_RUN} draft steps after a target step) | {m["draft_step_over_target_step"]} |
+| verify of k drafts, in target steps (k: cost) | {", ".join(f"{k}: {v}" for k, v in m["verify_cost_in_target_steps"].items())} |
 | FIM middle exact match (one masked line per held-out function, {m["fim_cases"]} functions) | {m["fim_line_exact_match"]} |
 
 ## Samples (greedy, held-out files)
