@@ -110,3 +110,22 @@ def test_empty_corpus_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="corpus is empty"):
         train(tmp_path / "empty", tmp_path)
+
+
+def test_evaluation_and_model_card(trained: pipeline.TrainResult, corpus: Path, tmp_path: Path) -> None:
+    from engine.train.card import evaluate_pair, write_model_card
+
+    train_files, held_out = split_corpus(iter_source_files([corpus]))
+    result = dataclasses.replace(trained, held_out=held_out or train_files[:2])
+    metrics = evaluate_pair(result, MICRO, train_files, progress=False)
+    assert metrics["target_params"] > metrics["draft_params"] > 0
+    assert 0.0 <= metrics["greedy_agreement_alpha"] <= 1.0
+    assert 0.0 <= metrics["fim_line_exact_match"] <= 1.0 and metrics["fim_cases"] > 0
+    assert metrics["held_out_ce_target"] > 0 and metrics["held_out_ce_trigram"] > 0
+    assert metrics["draft_step_over_target_step"] > 0
+    assert list(metrics["verify_cost_in_target_steps"]) == [1, 2, 4, 8, 16]  # what fits a 64-token window
+    card = write_model_card(tmp_path, metrics, MICRO, "specls train --preset micro --seed 3")
+    text = card.read_text()
+    assert "specls train --preset micro --seed 3" in text
+    assert f"| draft-target greedy token agreement (alpha) | {metrics['greedy_agreement_alpha']} |" in text
+    assert json.loads((tmp_path / "metrics.json").read_text())["fim_cases"] == metrics["fim_cases"]
