@@ -50,6 +50,7 @@ class DraftContext:
     drafter: str  # name of the drafter proposing this round ("model", "lookup", "suffix", "stale")
     lookup_hit: bool  # True when a lookup drafter found a match this round
     step_costs: StepCosts | None = None  # what longer drafts cost on this device; None when not measured
+    match_len: int = 0  # tokens a copying drafter's match is anchored on (0 for a draft model)
 
 
 class DraftLengthPolicy(Protocol):

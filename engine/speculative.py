@@ -151,16 +151,17 @@ def _draft_length(
     step_costs: StepCosts | None,
 ) -> int:
     plan = getattr(drafter, "plan", None)  # planning drafters say which of them will propose, and if free
-    name, lookup_hit = drafter.name, False
+    name, lookup_hit, match_len = drafter.name, False, 0
     if plan is not None:
         decided = plan(context)
-        name, lookup_hit = decided.drafter, decided.lookup_hit
+        name, lookup_hit, match_len = decided.drafter, decided.lookup_hit, decided.match_len
     ctx = DraftContext(
         text_before=decode(context[-CONTEXT_CHARS // 3 :])[-CONTEXT_CHARS:],
         generated=output.text,
         drafter=name,
         lookup_hit=lookup_hit,
         step_costs=step_costs,
+        match_len=match_len,
     )
     return max(0, int(policy.max_draft_tokens(ctx)))
 

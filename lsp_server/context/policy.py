@@ -51,6 +51,8 @@ CONTEXT_SHIFT: Mapping[str, float] = MappingProxyType(
     }
 )
 MAX_LENGTH = {"model": 16, "copy": 32}
+QUALIFIER = " | "  # joins a syntax context and what else is known about the round, as in "closing | streak"
+LONG_ANCHOR = 4  # a copied draft whose match is anchored on this many tokens is a different bet
 
 
 def base_prior(kind: str) -> list[float]:
@@ -127,7 +129,7 @@ class SyntaxAcceptance:
     def continue_probs(self, drafter: str, context: str) -> list[float]:
         kind = "model" if drafter == "model" else "copy"
         shared = self._pooled(drafter, kind).continue_probs(base_prior(kind))
-        shift = CONTEXT_SHIFT.get(context, 0.0)
+        shift = CONTEXT_SHIFT.get(context.split(QUALIFIER)[0], 0.0)
         prior = [min(0.98, max(0.02, rate + shift)) for rate in shared]
         return self._curve(drafter, context, kind).continue_probs(prior)
 
@@ -165,6 +167,7 @@ class SyntaxDraftPolicy:
     stale_length: int = 64  # an earlier suggestion's remainder is re-verified whole: it is usually right
     retry_factor: float = 0.99  # each round a context is not drafted, its evidence fades toward the prior
     _pending: tuple[str, str] | None = None  # (drafter, context) of the round in flight
+    _held_whole: set[str] = field(default_factory=set)  # drafters whose last draft was accepted whole
 
     def max_draft_tokens(self, ctx: DraftContext) -> int:
         self._pending = None
@@ -173,6 +176,11 @@ class SyntaxDraftPolicy:
         if ctx.drafter == "stale":
             return self.stale_length
         context = self.classify(ctx.text_before, self.known_identifiers)
+        if ctx.drafter in self._held_whole:
+            # Code repeats in runs: right after a draft held whole, the next one tends to hold longer.
+            context += QUALIFIER + "streak"
+        if ctx.match_len >= LONG_ANCHOR:
+            context += QUALIFIER + "anchored"
         probs = self.acceptance.continue_probs(ctx.drafter, context)
         costs = ctx.step_costs or ASSUMED_COSTS
         by_model = ctx.drafter == "model"
@@ -187,6 +195,10 @@ class SyntaxDraftPolicy:
         pending, self._pending = self._pending, None
         if pending is not None and num_drafted > 0:
             self.acceptance.record(*pending, num_drafted, num_accepted)
+            if num_accepted == num_drafted:
+                self._held_whole.add(drafter)
+            else:
+                self._held_whole.discard(drafter)
 
 
 def shared_learning(policy: DraftLengthPolicy, acceptance: SyntaxAcceptance) -> DraftLengthPolicy:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from engine.api import DraftContext
@@ -132,3 +134,17 @@ def test_shared_learning_keeps_one_acceptance_across_requests() -> None:
     assert second.acceptance.pooled["model"].rounds == 1
     fixed = FixedDraftPolicy(4)
     assert shared_learning(fixed, learned) is fixed
+
+
+def test_a_streak_and_a_long_anchor_are_learned_apart() -> None:
+    policy = SyntaxDraftPolicy()
+    text = "x = foo(1)\n"
+    k = policy.max_draft_tokens(replace(_ctx(text, "lookup", CPU_LIKE), match_len=2))
+    policy.observe("lookup", k, k)  # held whole
+    k = policy.max_draft_tokens(replace(_ctx(text, "lookup", CPU_LIKE), match_len=5))
+    policy.observe("lookup", k, 0)
+    assert set(policy.acceptance.curves) == {
+        ("lookup", "indentation"),
+        ("lookup", "indentation | streak | anchored"),
+    }
+    assert policy.acceptance.pooled["lookup"].rounds == 2
