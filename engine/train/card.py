@@ -17,7 +17,7 @@ from engine.costs import DRAFT_RUN, StepCosts, measure_step_costs
 from engine.lean import LeanLlamaDecoder
 from engine.train import evaluate
 from engine.train.corpus import HELD_OUT_BYTE_BELOW, SourceFile
-from engine.train.pipeline import TrainPreset, TrainResult
+from engine.train.pipeline import TrainPreset, TrainResult, use_bf16_autocast
 
 
 def _lean_step_costs(target: LlamaForCausalLM, draft: LlamaForCausalLM) -> StepCosts:
@@ -84,6 +84,7 @@ def evaluate_pair(
         "eval_seconds": round(time.perf_counter() - started, 1),
         "samples": [{"prompt_tail": p, "completion": c} for p, c in samples],
         "machine": f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads",
+        "bf16_autocast": use_bf16_autocast(),
     }
 
 
@@ -120,7 +121,7 @@ Face format (bf16 safetensors) and load through the same code as any checkpoint.
 
 Tokenizer: byte-level BPE, GPT-2 split, {preset.vocab_size} tokens, special tokens `<|endoftext|>`,
 `<|sp_fim_prefix|>`, `<|sp_fim_suffix|>`, `<|sp_fim_middle|>`, `<|sp_file_sep|>`. Context window {preset.seq_len}.
-Machine: {m["machine"]}.
+Machine: {m["machine"]}; training {"in bf16 autocast" if m.get("bf16_autocast") else "in fp32 (this CPU has no bf16 matmul units)"}.
 
 ## Held-out results ({m["held_out_tokens"]:,} tokens of held-out code)
 | measure | value |
