@@ -1,8 +1,9 @@
 """Syntax-tuned draft lengths: draft far ahead where code is predictable, briefly at decision points.
 
 `syntax_context_of` names the situation before the next token. `SyntaxDraftPolicy` keeps, per drafter and
-syntax context, how long drafts have held (an `AcceptanceCurve`, starting from the prior rates below), and
-each round picks the length with the most expected tokens per unit of verify cost on this device
+syntax context (split further by "the last draft held whole" and "the copied match is anchored on 4+
+tokens"), how long drafts have held (an `AcceptanceCurve`, starting from the priors below), and each round
+picks the length with the most expected tokens per unit of verify cost on this device
 (`engine.drafters.sizing.best_draft_length`). Where drafts hold, that is long (an indented block, a closing
 bracket, an identifier already in the file); at a decision point it is short, or no draft at all when a
 wide verify would cost more than the tokens it is likely to win. The benchmark
