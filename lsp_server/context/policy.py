@@ -58,9 +58,13 @@ LONG_ANCHOR = 4  # a copied draft whose match is anchored on this many tokens is
 
 def base_prior(kind: str) -> list[float]:
     """Per-position acceptance before any round: a draft model's tokens hold at a flat rate; copied text
-    either breaks at once or runs on, so each token that held makes the next more likely to hold."""
+    either breaks at once or runs on, so each token that held makes the next more likely to hold.
+
+    Both start optimistic on purpose: a prior under which drafting never pays would never be tested, and a
+    context that is not drafted learns nothing.
+    """
     if kind == "model":
-        return [0.65] * MAX_LENGTH[kind]
+        return [0.8] * MAX_LENGTH[kind]
     return [1.0 - 0.3 / math.sqrt(j) for j in range(1, MAX_LENGTH[kind] + 1)]
 
 
