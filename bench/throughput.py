@@ -241,12 +241,13 @@ def measure_step_costs(runner: MethodRunner, prompt: BenchPrompt, repeats: int =
 
 
 def verify_cost_at(costs: Mapping[str, float], k: float) -> float:
-    """v(k) by linear interpolation between the measured widths (k = 0 costs one step)."""
-    points = [(0.0, 1.0)] + sorted((float(width), cost) for width, cost in costs.items())
-    for (k0, v0), (k1, v1) in zip(points, points[1:], strict=False):
-        if k <= k1:
-            return v0 + (v1 - v0) * (k - k0) / (k1 - k0)
-    return points[-1][1]
+    """v(k) interpolated between the measured widths as the engine does (`StepCosts.verify_cost`); beyond the
+    widest measurement, the widest cost (the benchmark does not extrapolate)."""
+    from engine.costs import StepCosts
+
+    measured = sorted((int(width), cost) for width, cost in costs.items())
+    widths, verify = zip(*measured, strict=True)
+    return StepCosts(widths=widths, verify=verify, draft_step=0.0).verify_cost(min(k, widths[-1]))
 
 
 def summarize(runs: list[Run], step_costs: dict[str, Any], methods: tuple[str, ...]) -> dict[str, Any]:

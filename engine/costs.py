@@ -30,19 +30,19 @@ class StepCosts:
         if list(self.widths) != sorted(set(self.widths)) or self.widths[0] < 1:
             raise ValueError("widths must be increasing and positive")
 
-    def verify_cost(self, k: int) -> float:
+    def verify_cost(self, k: float) -> float:
         """Cost of one target forward over k drafts (k = 0 is a plain step), interpolated between the measured
         widths and extended along the last segment beyond them."""
         if k <= 0:
             return 1.0
-        points = [(0, 1.0), *zip(self.widths, self.verify, strict=True)]
+        points: list[tuple[float, float]] = [(0, 1.0), *zip(self.widths, self.verify, strict=True)]
         for (k0, v0), (k1, v1) in zip(points, points[1:], strict=False):
             if k <= k1:
                 return v0 + (v1 - v0) * (k - k0) / (k1 - k0)
         (k0, v0), (k1, v1) = points[-2], points[-1]
         return v1 + max(0.0, (v1 - v0) / (k1 - k0)) * (k - k1)
 
-    def round_cost(self, k: int, drafted_by_model: bool) -> float:
+    def round_cost(self, k: float, drafted_by_model: bool) -> float:
         return self.verify_cost(k) + (k * self.draft_step if drafted_by_model else 0.0)
 
 
