@@ -14,12 +14,15 @@ import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.metrics import first_difference, markdown_table, median, write_result_files
 from bench.prompts import BenchPrompt, build_prompts
 from bench.throughput import MethodRunner, ThroughputConfig, environment
 from engine.api import DraftContext, DraftLengthPolicy
+
+if TYPE_CHECKING:
+    from lsp_server.context import SyntaxAcceptance
 
 FIXED_LENGTHS = (2, 4, 8, 16, 32)
 
@@ -116,13 +119,8 @@ class PolicyFactory:
     keeps it across keystrokes: "syntax" per syntax context, "cost-only" in one context for all (the same
     cost-aware sizing without syntax, to show what syntax adds). "adaptive" is the engine's default."""
 
-    syntax: Any = None
-    cost_only: Any = None
-
-    def __post_init__(self) -> None:
-        from lsp_server.context import SyntaxAcceptance
-
-        self.syntax, self.cost_only = SyntaxAcceptance(), SyntaxAcceptance()
+    syntax: SyntaxAcceptance = field(default_factory=lambda: _new_acceptance())
+    cost_only: SyntaxAcceptance = field(default_factory=lambda: _new_acceptance())
 
     def make(self, name: str, prompt: BenchPrompt) -> RecordingPolicy:
         from engine.drafters.length import AdaptiveDraftLength
@@ -140,6 +138,12 @@ class PolicyFactory:
         else:
             inner = FixedDraftPolicy(int(name.split("-")[1]))
         return RecordingPolicy(inner, known)
+
+
+def _new_acceptance() -> SyntaxAcceptance:
+    from lsp_server.context import SyntaxAcceptance  # lazy: tree-sitter loads only when a benchmark runs
+
+    return SyntaxAcceptance()
 
 
 def run_draft_length(config: DraftLengthConfig, progress: bool = True) -> dict[str, Any]:

@@ -13,28 +13,26 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 
-def expected_accepted(continue_probs: Sequence[float], k: int) -> float:
-    """E[accepted drafts] when drafting k tokens: sum_{n<=k} prod_{j<=n} p_j."""
-    expected, survive = 0.0, 1.0
-    for p in continue_probs[:k]:
+def expected_accepted_by_length(continue_probs: Sequence[float]) -> list[float]:
+    """E[accepted drafts] for every draft length k = 0..len(continue_probs): sum_{n<=k} prod_{j<=n} p_j."""
+    expected, survive = [0.0], 1.0
+    for p in continue_probs:
         survive *= p
-        expected += survive
+        expected.append(expected[-1] + survive)
     return expected
+
+
+def expected_accepted(continue_probs: Sequence[float], k: int) -> float:
+    """E[accepted drafts] when drafting k tokens (no rates beyond the curve: no more tokens)."""
+    return expected_accepted_by_length(continue_probs[:k])[-1]
 
 
 def best_draft_length(
     continue_probs: Sequence[float], round_cost: Callable[[int], float], max_length: int
 ) -> int:
     """The k in 0..max_length with the most expected tokens per unit of cost (0: a plain step pays best)."""
-    best_k, best_rate = 0, 1.0 / round_cost(0)
-    expected, survive = 1.0, 1.0
-    for k, p in enumerate(continue_probs[:max_length], start=1):
-        survive *= p
-        expected += survive
-        rate = expected / round_cost(k)
-        if rate > best_rate:
-            best_k, best_rate = k, rate
-    return best_k
+    expected = expected_accepted_by_length(continue_probs[:max_length])
+    return max(range(len(expected)), key=lambda k: (1.0 + expected[k]) / round_cost(k))
 
 
 @dataclass
