@@ -72,6 +72,9 @@ class CompletionRequest:
     drafter: str = "hybrid"  # "model" | "lookup" | "suffix" | "stale" | "hybrid" | "none"
     stop_check: StopCheck | None = None
     draft_policy: DraftLengthPolicy | None = None
+    # Token healing: text the completion must begin with, already typed and left out of the prompt's end
+    # (the word fragment before the cursor). It is generated under a constraint and left out of the result.
+    forced_prefix: str = ""
 
 
 @dataclass
@@ -92,6 +95,7 @@ class BackendInfo:
     special_tokens: tuple[str, ...]  # the tokenizer's special tokens, for FIM template detection
     context_length: int
     device: str
+    token_healing: bool = False  # honours CompletionRequest.forced_prefix
 
 
 class CompletionBackend(Protocol):

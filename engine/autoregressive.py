@@ -21,6 +21,7 @@ from engine.generation import (
     new_stats,
     sync_cache,
 )
+from engine.healing import ForcedPrefix
 
 
 def autoregressive_generate(
@@ -31,8 +32,13 @@ def autoregressive_generate(
     decode: Decode,
     on_text: OnText | None = None,
     cancel: CancelToken | None = None,
+    forced: ForcedPrefix | None = None,
 ) -> CompletionResult:
-    """Greedy or sampled decoding; prompts longer than the window are cut from the left (`fit_prompt`)."""
+    """Greedy or sampled decoding; prompts longer than the window are cut from the left (`fit_prompt`).
+
+    With `forced`, the first tokens must spell its text (token healing, `engine.healing`), which the
+    result's text leaves out.
+    """
     start = perf_counter()
     prompt_ids, dropped = fit_prompt(prompt_ids, target.max_length, settings.max_new_tokens)
     with torch.inference_mode():
@@ -40,13 +46,18 @@ def autoregressive_generate(
         prefilled = perf_counter()
         stats = new_stats(len(prompt_ids), reused, dropped)
         picker = TokenPicker(settings, getattr(target, "device", "cpu"))
-        output = OutputTracker(settings, decode, on_text)
+        output = OutputTracker(settings, decode, on_text, forced.text if forced is not None else "")
         pending = prompt_ids[-1]  # fed next; its logits choose the next token
         while output.finish is None:
             if cancel is not None and cancel.cancelled:
                 output.cancel()
                 break
-            token = picker.pick(target.forward([pending])[0])
+            logits = target.forward([pending])
+            if forced is not None:
+                logits = forced.constrain(logits)
+            token = picker.pick(logits[0])
+            if forced is not None:
+                forced.advance([token])
             stats["target_forwards"] += 1
             output.extend([token])
             pending = token

@@ -120,10 +120,17 @@ class TokenPicker:
 class OutputTracker:
     """Collects accepted tokens, applies every stop rule, and streams the text that is final."""
 
-    def __init__(self, settings: DecodeSettings, decode: Decode, on_text: OnText | None = None) -> None:
+    def __init__(
+        self,
+        settings: DecodeSettings,
+        decode: Decode,
+        on_text: OnText | None = None,
+        hidden_prefix: str = "",
+    ) -> None:
         self.settings = settings
         self.decode = decode
         self.on_text = on_text
+        self.hidden_prefix = hidden_prefix  # a forced prefix (`engine.healing`): generated, but already typed
         self.token_ids: list[int] = []
         self.text = ""
         self.finish: FinishReason | None = None
@@ -154,8 +161,15 @@ class OutputTracker:
     def result_parts(self) -> tuple[str, list[int]]:
         return self.text, self.token_ids
 
+    def _visible(self, token_ids: list[int]) -> str:
+        """The completion text of these ids: what follows the hidden prefix ("" while still inside it)."""
+        text = self.decode(token_ids)
+        if not self.hidden_prefix:
+            return text
+        return text[len(self.hidden_prefix) :] if text.startswith(self.hidden_prefix) else ""
+
     def _apply_stop_rules(self) -> None:
-        text = self.decode(self.token_ids)
+        text = self._visible(self.token_ids)
         cut: int | None = None
         for stop in self.settings.stop_strings:
             found = text.find(stop)
@@ -174,7 +188,7 @@ class OutputTracker:
     def _ids_covering(self, text: str) -> list[int]:
         """The shortest prefix of the accepted ids whose text covers the cut text (may overrun the cut)."""
         for count in range(len(self.token_ids) + 1):
-            if len(self.decode(self.token_ids[:count]).rstrip("\ufffd")) >= len(text):
+            if len(self._visible(self.token_ids[:count]).rstrip("\ufffd")) >= len(text):
                 return self.token_ids[:count]
         return self.token_ids
 

@@ -36,6 +36,7 @@ from engine.drafters.model import ModelDrafter
 from engine.drafters.stale import StaleCompletionDrafter
 from engine.drafters.suffix import SuffixDrafter
 from engine.generation import DecodeSettings
+from engine.healing import ForcedPrefix, TokenTexts, can_spell_words
 from engine.hf_decoder import context_length, make_decoder
 from engine.models import ModelPair, end_of_text_ids, load_pair
 from engine.speculative import PollingDecoder, speculative_generate
@@ -70,6 +71,7 @@ class LocalEngine:
         self._lookup: tuple[tuple[str, ...], PromptLookupDrafter] | None = None
         self._hybrid_acceptance: dict[str, float] = {}  # per-drafter trust, learned across calls
         self._lock = threading.Lock()
+        self.token_texts = TokenTexts.from_tokenizer(self.tokenizer)
         self.step_costs = self._measure_step_costs()
 
     @torch.inference_mode()
@@ -97,6 +99,7 @@ class LocalEngine:
             special_tokens=tuple(self.tokenizer.all_special_tokens),
             context_length=self.window,
             device=str(self.pair.device),
+            token_healing=can_spell_words(self.token_texts),
         )
 
     def encode(self, text: str) -> list[int]:
@@ -119,10 +122,20 @@ class LocalEngine:
             raise ValueError(f"unknown drafter {request.drafter!r}; expected one of {', '.join(DRAFTERS)}")
         prompt_ids = self.encode(request.prompt)
         settings = DecodeSettings.from_request(request, self.eos_ids)
+        forced = None
+        if request.forced_prefix:
+            spelling = self.encode(request.forced_prefix)
+            forced = ForcedPrefix(request.forced_prefix, spelling, self.token_texts)
         with self._lock:
             if request.drafter == "none":
                 return autoregressive_generate(
-                    self.target, prompt_ids, settings, decode=self.decode, on_text=on_text, cancel=cancel
+                    self.target,
+                    prompt_ids,
+                    settings,
+                    decode=self.decode,
+                    on_text=on_text,
+                    cancel=cancel,
+                    forced=forced,
                 )
             drafter = self._build_drafter(request)
             # A fresh adaptive policy per call: a seeded request then samples the same tokens every time.
@@ -139,6 +152,7 @@ class LocalEngine:
                     on_text=on_text,
                     cancel=cancel,
                     step_costs=self.step_costs,
+                    forced=forced,
                 )
             finally:
                 self.draft_decoder.token = None

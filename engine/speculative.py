@@ -28,6 +28,7 @@ from engine.generation import (
     new_stats,
     sync_cache,
 )
+from engine.healing import ForcedPrefix
 from engine.verify import greedy_accept, speculative_sample_accept
 
 CONTEXT_CHARS = 400  # characters of text before the next token that a draft-length policy sees
@@ -74,6 +75,7 @@ def speculative_generate(
     on_text: OnText | None = None,
     cancel: CancelToken | None = None,
     step_costs: StepCosts | None = None,
+    forced: ForcedPrefix | None = None,
 ) -> CompletionResult:
     """Generate a completion of `prompt_ids`; prompts longer than the window are cut from the left.
 
@@ -81,6 +83,9 @@ def speculative_generate(
     an over-long prompt keeps only its last window - max_new_tokens tokens. The cancel token is polled
     before every draft and before every verify; a cancelled call returns what it has accepted, and the
     cache invariant holds after every round, so the next call is unaffected.
+
+    With `forced` (token healing), the first rounds draft the forced text's own spelling and verify it under
+    the same constraint as the plain loop; those rounds teach neither the drafter nor the policy.
     """
     start = perf_counter()
     prompt_ids, dropped = fit_prompt(prompt_ids, target.max_length, settings.max_new_tokens)
@@ -91,25 +96,32 @@ def speculative_generate(
         prefilled = perf_counter()
         stats = new_stats(len(prompt_ids), reused, dropped)
         picker = TokenPicker(settings, getattr(target, "device", "cpu"))
-        output = OutputTracker(settings, decode, on_text)
+        output = OutputTracker(settings, decode, on_text, forced.text if forced is not None else "")
         context = list(prompt_ids)
         policy_observe = getattr(policy, "observe", None)
         while output.finish is None:
             # 2. Size this round's draft: the drafter says what it can offer, the policy picks k.
             if cancelled():
                 break
-            k = _draft_length(drafter, policy, context, output, decode, step_costs)
-            k = min(k, output.remaining - 1, target.max_length - len(context))
-            # 3. Draft; a draft model polls the cancel token before each of its steps (`PollingDecoder`).
-            try:
-                draft = drafter.propose(context, k) if k > 0 else Draft([], None, "none")
-            except DraftCancelled:
-                break
-            draft_ids = draft.token_ids[:k]
+            room = min(output.remaining - 1, target.max_length - len(context))
+            healing = forced if forced is not None and forced.active else None
+            if healing is not None:
+                k = room
+                draft = Draft(healing.lead_ids(), None, "forced")
+            else:
+                k = min(_draft_length(drafter, policy, context, output, decode, step_costs), room)
+                # 3. Draft; a draft model polls the cancel token before each of its steps (`PollingDecoder`).
+                try:
+                    draft = drafter.propose(context, k) if k > 0 else Draft([], None, "none")
+                except DraftCancelled:
+                    break
+            draft_ids = draft.token_ids[: max(0, k)]
             if cancelled():
                 break
             # 4. Verify every draft in ONE target forward: k + 1 rows of logits.
             logits = target.forward([context[-1], *draft_ids])
+            if healing is not None:
+                logits = healing.constrain(logits, draft_ids)
             stats["target_forwards"] += 1
             # 5. Accept: greedy prefix match, or Leviathan Alg. 1 with the drafter's q (one-hot when None).
             if settings.greedy:
@@ -123,11 +135,14 @@ def speculative_generate(
             target.crop(len(context) + accepted)
             new_tokens = [*draft_ids[:accepted], next_token]
             context.extend(new_tokens)
-            drafter.observe(context, accepted, len(draft_ids))
             used = draft.drafter or drafter.name
             _count_round(stats, used, len(draft_ids), accepted)
-            if policy_observe is not None:  # adaptive policies learn from each round
-                policy_observe(used, len(draft_ids), accepted)
+            if healing is not None:
+                healing.advance(new_tokens)
+            else:
+                drafter.observe(context, accepted, len(draft_ids))
+                if policy_observe is not None:  # adaptive policies learn from each round
+                    policy_observe(used, len(draft_ids), accepted)
             # 7. Stream the accepted text and apply the stop rules (EOS, length, stop strings, callback).
             output.extend(new_tokens)
         if output.finish is None:

@@ -640,6 +640,7 @@ class Scheduler:
                 drafter=settings.drafter,
                 stop_check=ctx.stop_check,
                 draft_policy=shared_learning(ctx.draft_policy, self._draft_acceptance),
+                forced_prefix=ctx.forced_prefix,
             )
             self._post(self._count_generation)
             result = backend.complete(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -48,6 +49,27 @@ class CompletionContext:
     stop_strings: tuple[str, ...]
     template: FimTemplate = field(default=PREFIX_ONLY)
     stop_rules: SyntaxStopRules | None = None  # the same object as stop_check, for finalize_completion
+    forced_prefix: str = ""  # the word fragment at the cursor, left out of the prompt (token healing)
+
+
+WORD_AT_END = re.compile(r"[A-Za-z0-9_]+\Z")
+MAX_HEALED_WORD = 40  # longer runs (minified code, hashes) are not worth re-generating
+
+
+def healed_fragment(prefix: str) -> str:
+    """The end of `prefix` to generate again under a constraint instead of prompting with it ("" for none).
+
+    A prompt that ends mid-word ends on a token split the model rarely saw, and it suggests lone letters
+    instead of finishing the word; re-generating the fragment lets it pick the word's usual tokens. The one
+    space before the word goes with it, as a byte-level BPE pre-tokenizer attaches it (" sub" in "p = sub").
+    """
+    match = WORD_AT_END.search(prefix)
+    if match is None or len(match.group()) > MAX_HEALED_WORD:
+        return ""
+    start = match.start()
+    if start > 0 and prefix[start - 1] == " ":
+        start -= 1
+    return prefix[start:] if prefix[:start].strip() else ""
 
 
 def prompt_budget(info: BackendInfo, settings: ContextSettings) -> int:
@@ -137,6 +159,9 @@ def build_completion_context(
         prefix = prefix[prefix.find("\n") + 1 :] if "\n" in prefix else ""
         prompt = template.format(prefix, suffix, snippets, comment)
 
+    fragment = healed_fragment(prefix) if info.token_healing else ""
+    if fragment:
+        prompt = template.format(prefix[: -len(fragment)], suffix, snippets, comment)
     policy = SyntaxDraftPolicy(known_identifiers=identifiers_in(prefix + suffix))
     return CompletionContext(
         prompt=prompt,
@@ -149,6 +174,7 @@ def build_completion_context(
         stop_strings=template.stop_strings,
         template=template,
         stop_rules=rules,
+        forced_prefix=fragment,
     )
 
 

@@ -10,6 +10,7 @@ own statistics (target forwards of the cancelled call, its finish reason), not f
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,19 @@ async def test_local_model_completes_and_typed_ahead_needs_no_new_generation(pai
         stats = await session.stats()
         assert stats["generations"] == 1 and stats["typed_ahead_hits"] == 1
         assert stats["last_engine_stats"]["target_forwards"] >= 1
+    finally:
+        await stop_session(session)
+
+
+async def test_a_word_typed_halfway_is_healed_and_not_suggested_again(pair: tuple[Path, Path]) -> None:
+    session = await _local_session(pair, maxNewTokens=8, drafter="hybrid")
+    try:
+        session.open(URI, "value = compute(x, y)\nvalue = comp")
+        suggestion = await session.suggestion(URI)
+        stats = await session.stats()
+        # The engine re-generated " comp" under the healing constraint, then the target's free tokens ("x").
+        assert stats["last_engine_stats"]["per_drafter"]["forced"]["rounds"] >= 1
+        assert re.fullmatch(r"[a-z]*x+", suggestion), suggestion  # at most the rest of the word, then x's
     finally:
         await stop_session(session)
 

@@ -92,6 +92,7 @@ def prefix_only_context(store, uri, offset, info, settings, count_tokens):  # ty
         draft_policy=SyntaxDraftPolicy(),
         lookup_snippets=(),
         stop_strings=(),
+        forced_prefix="",
     )
 
 

@@ -1,0 +1,162 @@
+"""Token healing: let the model re-choose how the word at the cursor is split into tokens.
+
+When the cursor is mid-word, a prompt that ends with the typed fragment ("self.pro") ends in a token split the
+model rarely saw in training; it then tends to suggest lone letters instead of finishing the word. So the
+fragment is taken out of the prompt and becomes a *forced prefix*: the first generated tokens must spell it
+(each one either finishes it or is a prefix of what is left), and it is removed from the completion text.
+
+The constraint masks the target's logits, in the plain loop and in the speculative loop alike, so greedy
+speculative output stays token-identical to plain greedy decoding under the same constraint, and sampled
+output follows the target's constrained distribution.
+"""
+
+from __future__ import annotations
+
+import bisect
+import string
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+
+WORD_CHARACTERS = string.ascii_letters + string.digits + "_"
+
+
+class TokenTexts:
+    """The text of every ordinary token, indexed for "which tokens can spell the start of this string"."""
+
+    def __init__(self, texts: Sequence[str], excluded_ids: Iterable[int] = ()) -> None:
+        excluded = set(excluded_ids)
+        self.texts = list(texts)
+        # Special tokens and byte fragments that decode to U+FFFD alone never spell plain text.
+        usable = [
+            (text, token_id)
+            for token_id, text in enumerate(self.texts)
+            if text and token_id not in excluded and "\ufffd" not in text
+        ]
+        usable.sort()
+        self._sorted_texts = [text for text, _ in usable]
+        self._sorted_ids = [token_id for _, token_id in usable]
+        self._ids_by_text: dict[str, list[int]] = {}
+        for text, token_id in usable:
+            self._ids_by_text.setdefault(text, []).append(token_id)
+        self._allowed_cache: dict[str, torch.Tensor] = {}
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer: Any) -> TokenTexts:
+        """Token texts from a transformers tokenizer.
+
+        Each token is decoded after a reference token and the reference's text is cut off: decoding a token
+        alone drops the leading space of SentencePiece tokens ("▁foo" would read "foo").
+        """
+        reference = tokenizer.encode("a", add_special_tokens=False)[-1:]
+        reference_text = tokenizer.decode(reference)
+        pairs = [[*reference, token_id] for token_id in range(len(tokenizer))]
+        decoded = tokenizer.batch_decode(pairs, skip_special_tokens=False)
+        texts = [text[len(reference_text) :] if text.startswith(reference_text) else "" for text in decoded]
+        return cls(texts, excluded_ids=tokenizer.all_special_ids)
+
+    def has_text(self, text: str) -> bool:
+        return text in self._ids_by_text
+
+    def allowed_ids(self, remaining: str) -> torch.Tensor:
+        """Ids of tokens that may come next while `remaining` is still to be spelled: tokens whose text starts
+        with all of it, or whose text is a proper prefix of it."""
+        cached = self._allowed_cache.get(remaining)
+        if cached is not None:
+            return cached
+        ids: list[int] = []
+        start = bisect.bisect_left(self._sorted_texts, remaining)
+        for index in range(start, len(self._sorted_texts)):
+            if not self._sorted_texts[index].startswith(remaining):
+                break
+            ids.append(self._sorted_ids[index])
+        for length in range(1, len(remaining)):
+            ids.extend(self._ids_by_text.get(remaining[:length], ()))
+        if not ids:
+            raise ValueError(f"no token of the vocabulary can spell {remaining!r}")
+        allowed = torch.tensor(sorted(ids), dtype=torch.long)
+        if len(self._allowed_cache) > 4096:  # typed fragments repeat; keep the cache bounded all the same
+            self._allowed_cache.clear()
+        self._allowed_cache[remaining] = allowed
+        return allowed
+
+
+def can_spell_words(token_texts: TokenTexts) -> bool:
+    """Whether every ASCII word character and the space are tokens of their own: any healed fragment can be spelled."""
+    return all(token_texts.has_text(character) for character in WORD_CHARACTERS + " ")
+
+
+def remaining_after(remaining: str, token_text: str) -> str | None:
+    """What is left to spell after a token; None when the token does not fit what is left."""
+    if token_text.startswith(remaining):
+        return ""
+    if token_text and remaining.startswith(token_text):
+        return remaining[len(token_text) :]
+    return None
+
+
+class ForcedPrefix:
+    """One generation's forced prefix: how much of it the accepted tokens have not spelled yet.
+
+    `spelling` is the tokenizer's own encoding of the text; the speculative loop drafts what is left of it,
+    so a target that agrees spells the whole fragment in one verify.
+    """
+
+    def __init__(self, text: str, spelling: Sequence[int], token_texts: TokenTexts) -> None:
+        self.text = text
+        self.remaining = text
+        self.spelling = list(spelling)
+        self.token_texts = token_texts
+
+    @property
+    def active(self) -> bool:
+        return bool(self.remaining)
+
+    def lead_ids(self) -> list[int]:
+        """The rest of `spelling`, when the text spelled so far ends on one of its token boundaries."""
+        spelled = len(self.text) - len(self.remaining)
+        position = 0
+        for index, token_id in enumerate(self.spelling):
+            if position == spelled:
+                return self.spelling[index:]
+            position += len(self._text(token_id))
+        return []
+
+    def constrain(self, logits: torch.Tensor, path: Sequence[int] = ()) -> torch.Tensor:
+        """Mask logits rows [n, vocab] for the positions still inside the forced prefix.
+
+        Row i is the distribution after `path[:i]` (the drafted tokens, in a verify). Masking walks the path
+        and stops at the first drafted token that does not fit: that token is rejected at its row whatever
+        comes after, so later rows are never read.
+        """
+        if not self.active:
+            return logits
+        constrained = logits.clone()
+        remaining = self.remaining
+        for row in range(logits.shape[0]):
+            if not remaining:
+                break
+            allowed = self.token_texts.allowed_ids(remaining).to(logits.device)
+            allowed = allowed[allowed < logits.shape[-1]]
+            masked = torch.full_like(constrained[row], float("-inf"))
+            masked[allowed] = constrained[row, allowed]
+            constrained[row] = masked
+            if row >= len(path) or not bool((allowed == path[row]).any()):
+                break
+            remaining = remaining_after(remaining, self._text(path[row])) or ""
+        return constrained
+
+    def advance(self, token_ids: Sequence[int]) -> None:
+        """Account for tokens the target accepted (each fits, since the target's choice was constrained)."""
+        for token_id in token_ids:
+            if not self.remaining:
+                return
+            left = remaining_after(self.remaining, self._text(token_id))
+            if left is None:
+                raise AssertionError(f"token {token_id} was accepted but does not spell {self.remaining!r}")
+            self.remaining = left
+
+    def _text(self, token_id: int) -> str:
+        texts = self.token_texts.texts
+        return texts[token_id] if 0 <= token_id < len(texts) else ""

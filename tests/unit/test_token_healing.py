@@ -1,0 +1,123 @@
+"""Token healing: which tokens may spell a forced prefix, the row masks, and the fragment the builder heals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.api import BackendInfo
+from engine.healing import ForcedPrefix, TokenTexts, can_spell_words, remaining_after
+from lsp_server.context.builder import ContextSettings, build_completion_context, healed_fragment
+from lsp_server.documents import DocumentStore
+
+# id: text. 0 is a special token whose text happens to start like code; 7 is a lone UTF-8 byte.
+VOCAB = ["<s>", "s", "su", "sub", "subprocess", " sub", "process", "\ufffd", "p", " ", "Test", "sup"]
+TEXTS = TokenTexts(VOCAB, excluded_ids=[0])
+
+
+def ids_of(*texts: str) -> list[int]:
+    return sorted(VOCAB.index(text) for text in texts)
+
+
+def test_allowed_ids_finish_the_text_or_are_a_proper_prefix_of_it() -> None:
+    assert TEXTS.allowed_ids("sub").tolist() == ids_of("s", "su", "sub", "subprocess")
+    assert TEXTS.allowed_ids(" sub").tolist() == ids_of(" ", " sub")
+    assert TEXTS.allowed_ids("process").tolist() == ids_of("p", "process")
+
+
+def test_a_text_no_token_can_spell_is_an_error() -> None:
+    with pytest.raises(ValueError, match="no token"):
+        TEXTS.allowed_ids("xyz")
+    with pytest.raises(ValueError, match="no token"):
+        TEXTS.allowed_ids("<s")  # special tokens never spell text
+
+
+def test_remaining_after() -> None:
+    assert remaining_after("sub", "subprocess") == ""
+    assert remaining_after("sub", "su") == "b"
+    assert remaining_after("sub", "sup") is None
+    assert remaining_after("sub", "") is None
+
+
+def test_constrain_masks_rows_along_the_drafted_path_until_the_text_is_spelled() -> None:
+    forced = ForcedPrefix("subprocess", [VOCAB.index("subprocess")], TEXTS)
+    logits = torch.arange(len(VOCAB), dtype=torch.float32).repeat(4, 1)
+    path = [VOCAB.index("sub"), VOCAB.index("process"), VOCAB.index("Test")]
+    out = forced.constrain(logits, path)
+    assert torch.isfinite(out[0]).nonzero().flatten().tolist() == ids_of("s", "su", "sub", "subprocess")
+    assert torch.isfinite(out[1]).nonzero().flatten().tolist() == ids_of("p", "process")
+    assert torch.equal(out[2], logits[2]) and torch.equal(out[3], logits[3])  # spelled: free from here
+    assert out[0, VOCAB.index("subprocess")] == logits[0, VOCAB.index("subprocess")]  # values kept
+    assert torch.isfinite(logits).all()  # the input is not modified
+
+
+def test_constrain_stops_at_a_drafted_token_that_does_not_fit() -> None:
+    forced = ForcedPrefix("sub", [VOCAB.index("sub")], TEXTS)
+    logits = torch.zeros(3, len(VOCAB))
+    out = forced.constrain(logits, [VOCAB.index("sup"), VOCAB.index("s")])
+    assert not torch.isfinite(out[0]).all()
+    # Row 1 follows a rejected token: never read, so left alone rather than masked for a wrong state.
+    assert torch.equal(out[1], logits[1])
+
+
+def test_advance_and_lead_ids_follow_the_accepted_tokens() -> None:
+    spelling = [VOCAB.index("sub"), VOCAB.index("process")]
+    forced = ForcedPrefix("subprocess", spelling, TEXTS)
+    assert forced.lead_ids() == spelling
+    forced.advance([VOCAB.index("sub")])
+    assert forced.remaining == "process" and forced.lead_ids() == [VOCAB.index("process")]
+    forced.advance([VOCAB.index("p")])
+    assert forced.remaining == "rocess"
+    assert forced.lead_ids() == []  # off the spelling's token boundaries: the target picks alone
+    with pytest.raises(AssertionError):
+        forced.advance([VOCAB.index("Test")])
+
+
+def test_spelled_prefix_ignores_later_tokens() -> None:
+    forced = ForcedPrefix("su", [VOCAB.index("su")], TEXTS)
+    forced.advance([VOCAB.index("subprocess"), VOCAB.index("Test")])
+    assert not forced.active
+    logits = torch.zeros(2, len(VOCAB))
+    assert forced.constrain(logits) is logits
+
+
+def test_can_spell_words_needs_every_word_character_alone() -> None:
+    assert not can_spell_words(TEXTS)
+    import string
+
+    full = TokenTexts([*string.ascii_letters, *string.digits, "_", " "])
+    assert can_spell_words(full)
+
+
+@pytest.mark.parametrize(
+    ("prefix", "fragment"),
+    [
+        ("p = sub", " sub"),  # the space a byte-level pre-tokenizer attaches to the word goes with it
+        ("self.pro", "pro"),
+        ("    return valu", " valu"),
+        ("def ", ""),  # no word at the cursor
+        ("x", ""),  # nothing would be left to prompt with
+        ("   foo", ""),
+        ("y = " + "a" * 41, ""),  # too long to be worth re-generating
+        ("x = é_ab", "_ab"),
+    ],
+)
+def test_healed_fragment(prefix: str, fragment: str) -> None:
+    assert healed_fragment(prefix) == fragment
+
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|sp_fim_prefix|>", "<|sp_fim_suffix|>", "<|sp_fim_middle|>")
+
+
+@pytest.mark.parametrize("healing", [True, False])
+def test_builder_moves_the_fragment_out_of_the_prompt_only_for_a_healing_backend(healing: bool) -> None:
+    store = DocumentStore()
+    text = "import subprocess\n\ndef run(cmd):\n    p = sub\n    return p\n"
+    store.open("file:///w/a.py", "python", 1, text)
+    cursor = text.index("sub\n") + 3
+    info = BackendInfo("fake", "t", None, SPECIAL_TOKENS, 1024, "cpu", token_healing=healing)
+    ctx = build_completion_context(store, "file:///w/a.py", cursor, info, ContextSettings(), len)
+    assert ctx.prefix.endswith("p = sub")  # the prefix is the file's; only the prompt leaves the word out
+    expected = "p =<|sp_fim_middle|>" if healing else "p = sub<|sp_fim_middle|>"
+    assert ctx.prompt.endswith(expected)
+    assert ctx.forced_prefix == (" sub" if healing else "")
