@@ -31,6 +31,7 @@ class ContextSettings:
     prefix_fraction: float = 0.75  # of the file's share of the budget; the suffix gets the rest
     max_snippets: int = 3
     suppress_in_comments: bool = True  # "none" mode inside comments and strings
+    token_healing: bool = True  # re-generate the word at the cursor (when the backend can constrain it)
     max_lines: int = 8
     snippet_fraction: float = 0.25  # of the budget, at most, for other-file snippets
     reserve_tokens: int = 128  # kept free of the model's context length for the completion itself
@@ -159,7 +160,7 @@ def build_completion_context(
         prefix = prefix[prefix.find("\n") + 1 :] if "\n" in prefix else ""
         prompt = template.format(prefix, suffix, snippets, comment)
 
-    fragment = healed_fragment(prefix) if info.token_healing else ""
+    fragment = healed_fragment(prefix) if info.token_healing and settings.token_healing else ""
     if fragment:
         prompt = template.format(prefix[: -len(fragment)], suffix, snippets, comment)
     policy = SyntaxDraftPolicy(known_identifiers=identifiers_in(prefix + suffix))

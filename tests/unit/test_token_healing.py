@@ -109,14 +109,18 @@ def test_healed_fragment(prefix: str, fragment: str) -> None:
 SPECIAL_TOKENS = ("<|endoftext|>", "<|sp_fim_prefix|>", "<|sp_fim_suffix|>", "<|sp_fim_middle|>")
 
 
-@pytest.mark.parametrize("healing", [True, False])
-def test_builder_moves_the_fragment_out_of_the_prompt_only_for_a_healing_backend(healing: bool) -> None:
+@pytest.mark.parametrize(("backend_heals", "setting"), [(True, True), (False, True), (True, False)])
+def test_builder_moves_the_fragment_out_of_the_prompt_when_the_backend_heals_and_the_user_agrees(
+    backend_heals: bool, setting: bool
+) -> None:
     store = DocumentStore()
     text = "import subprocess\n\ndef run(cmd):\n    p = sub\n    return p\n"
     store.open("file:///w/a.py", "python", 1, text)
     cursor = text.index("sub\n") + 3
-    info = BackendInfo("fake", "t", None, SPECIAL_TOKENS, 1024, "cpu", token_healing=healing)
-    ctx = build_completion_context(store, "file:///w/a.py", cursor, info, ContextSettings(), len)
+    info = BackendInfo("fake", "t", None, SPECIAL_TOKENS, 1024, "cpu", token_healing=backend_heals)
+    settings = ContextSettings(token_healing=setting)
+    ctx = build_completion_context(store, "file:///w/a.py", cursor, info, settings, len)
+    healing = backend_heals and setting
     assert ctx.prefix.endswith("p = sub")  # the prefix is the file's; only the prompt leaves the word out
     expected = "p =<|sp_fim_middle|>" if healing else "p = sub<|sp_fim_middle|>"
     assert ctx.prompt.endswith(expected)

@@ -23,6 +23,7 @@ export interface ServerSettings {
   firstLineFirst: boolean;
   maxLines: number;
   suppressInComments: boolean;
+  tokenHealing: boolean;
   contextTokens: number;
 }
 
@@ -47,6 +48,7 @@ export const SERVER_KEYS: readonly ServerKey[] = [
   "firstLineFirst",
   "maxLines",
   "suppressInComments",
+  "tokenHealing",
   "contextTokens",
 ];
 

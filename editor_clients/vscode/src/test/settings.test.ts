@@ -29,6 +29,7 @@ describe("settings -> initializationOptions", () => {
       firstLineFirst: false,
       maxLines: 8,
       suppressInComments: true,
+      tokenHealing: true,
       contextTokens: 1536,
     });
   });
