@@ -79,9 +79,10 @@ PRESETS: dict[str, TrainPreset] = {
         batch_size=4,  # small batches and many steps: more loss drop per token and per second on this CPU
         target_steps=6000,
         target_lr=1.5e-3,
-        distill_batches=1500,
+        distill_batches=2500,  # the draft's agreement was still climbing steeply at 3000 steps
         distill_epochs=2,
         draft_lr=3e-3,
+        kl_weight=0.9,  # agreement is the draft's job: in a 1000-step probe, pure KL gave 0.02 more alpha than 0.8
         checkpoint_every=100,
     ),
     "tiny": TrainPreset(
