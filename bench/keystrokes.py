@@ -375,6 +375,7 @@ def summarize(keys: list[Keystroke], before: dict[str, Any], after: dict[str, An
             else None,
             "kv_prefix_reuse": delta("reused_prompt_tokens") / prompt_tokens if prompt_tokens else None,
             "generated_tokens": delta("new_tokens"),
+            "respelled_tokens": delta("forced_tokens"),  # token healing: typed text generated again
             "target_forwards": delta("target_forwards"),
             "cancel_to_idle_ms": pcts(cancel_idle) | {"max": max(cancel_idle) if cancel_idle else None},
         },
@@ -404,7 +405,9 @@ async def run_keystrokes_async(config: KeystrokeConfig, progress: bool = True) -
     finally:
         await client.stop()
     summary = summarize(keys, before, after)
-    summary["wasted_tokens"] = wasted_tokens(config, keys, summary["server"]["generated_tokens"])
+    summary["wasted_tokens"] = wasted_tokens(
+        config, keys, summary["server"]["generated_tokens"], summary["server"]["respelled_tokens"]
+    )
     return {
         "benchmark": "keystrokes",
         "config": {**asdict(config), "out": str(config.out), "files": [str(p) for p in config.files]},
@@ -421,8 +424,13 @@ async def run_keystrokes_async(config: KeystrokeConfig, progress: bool = True) -
     }
 
 
-def wasted_tokens(config: KeystrokeConfig, keys: list[Keystroke], generated: int) -> dict[str, Any] | None:
-    """Generated tokens whose text never appeared in a suggestion; needs the local model's tokenizer."""
+def wasted_tokens(
+    config: KeystrokeConfig, keys: list[Keystroke], generated: int, respelled: int = 0
+) -> dict[str, Any] | None:
+    """Generated tokens whose text never appeared in a suggestion; needs the local model's tokenizer.
+
+    Tokens that re-spelled the typed word at the cursor (token healing) are never shown by design: they are
+    counted apart, not as waste."""
     if config.backend != "local":
         return None
     from transformers import AutoTokenizer
@@ -440,8 +448,9 @@ def wasted_tokens(config: KeystrokeConfig, keys: list[Keystroke], generated: int
     return {
         "generated": generated,
         "shown_estimate": shown_tokens,
-        "wasted_estimate": max(0, generated - shown_tokens),
-        "wasted_fraction": max(0, generated - shown_tokens) / generated if generated else None,
+        "respelled": respelled,
+        "wasted_estimate": max(0, generated - respelled - shown_tokens),
+        "wasted_fraction": max(0, generated - respelled - shown_tokens) / generated if generated else None,
     }
 
 
@@ -493,7 +502,8 @@ def markdown_report(result: dict[str, Any]) -> str:
         f"{_pct(server['typed_ahead_hit_rate'])} | |",
         f"| KV prefix reuse (prompt tokens not recomputed) | {_pct(server['kv_prefix_reuse'])} | |",
         f"| generations / cancelled | {server['generations']} / {server['cancelled_generations']} | |",
-        f"| generated tokens / wasted (never shown, estimate) | {server['generated_tokens']} / "
+        f"| generated tokens / re-spelling the typed word (token healing) / wasted (never shown, estimate) | "
+        f"{server['generated_tokens']} / {server.get('respelled_tokens', 0)} / "
         f"{wasted['wasted_estimate'] if wasted else '-'} ({_pct(wasted['wasted_fraction']) if wasted else '-'}) | |",
         f"| next typed text matched the suggestion: whole / first char / mean fraction | "
         f"{_pct(matched['exact'])} / {_pct(matched['first_char'])} / {_pct(matched['mean_fraction'])} | |",

@@ -64,7 +64,11 @@ def autoregressive_generate(
     text, token_ids = output.result_parts()
     end = perf_counter()
     stats.update(
-        prefill_s=prefilled - start, decode_s=end - prefilled, wall_s=end - start, new_tokens=len(token_ids)
+        prefill_s=prefilled - start,
+        decode_s=end - prefilled,
+        wall_s=end - start,
+        new_tokens=len(token_ids),
+        forced_tokens=forced.spelled_tokens if forced is not None else 0,
     )
     return CompletionResult(
         text=text, finish_reason=output.finish or "length", token_ids=token_ids, stats=stats

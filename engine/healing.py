@@ -108,6 +108,7 @@ class ForcedPrefix:
         self.remaining = text
         self.spelling = list(spelling)
         self.token_texts = token_texts
+        self.spelled_tokens = 0  # generated tokens that went into spelling the text (hidden from the result)
 
     @property
     def active(self) -> bool:
@@ -156,6 +157,7 @@ class ForcedPrefix:
             if left is None:
                 raise AssertionError(f"token {token_id} was accepted but does not spell {self.remaining!r}")
             self.remaining = left
+            self.spelled_tokens += 1
 
     def _text(self, token_id: int) -> str:
         texts = self.token_texts.texts

@@ -150,7 +150,11 @@ def speculative_generate(
     text, token_ids = output.result_parts()
     end = perf_counter()
     stats.update(
-        prefill_s=prefilled - start, decode_s=end - prefilled, wall_s=end - start, new_tokens=len(token_ids)
+        prefill_s=prefilled - start,
+        decode_s=end - prefilled,
+        wall_s=end - start,
+        new_tokens=len(token_ids),
+        forced_tokens=forced.spelled_tokens if forced is not None else 0,
     )
     return CompletionResult(
         text=text, finish_reason=output.finish or "cancelled", token_ids=token_ids, stats=stats

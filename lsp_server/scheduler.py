@@ -154,6 +154,7 @@ class Statistics:
             "prompt_tokens",
             "reused_prompt_tokens",
             "new_tokens",
+            "forced_tokens",
         ):
             value = result.stats.get(key)
             if isinstance(value, int | float):

@@ -64,6 +64,8 @@ def test_constrained_baseline_matches_the_no_cache_reference(arch: str) -> None:
         full = decode(result.token_ids)
         assert full.startswith(forced)
         assert result.text == full[len(forced) :]  # what was typed already is not suggested again
+        spelled = next(n for n in range(1, len(expected) + 1) if len(decode(expected[:n])) >= len(forced))
+        assert result.stats["forced_tokens"] == spelled
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
@@ -89,6 +91,7 @@ def test_greedy_speculation_with_a_forced_prefix_is_identical_to_the_baseline(
             got = engine.complete(request)
             assert got.token_ids == want.token_ids, (forced, draft is target)
             assert got.text == want.text
+            assert got.stats["forced_tokens"] == want.stats["forced_tokens"] >= 1
             per = got.stats["per_drafter"]["forced"]
             assert per["rounds"] >= 1
             forced_rounds["drafted"] += per["drafted"]
