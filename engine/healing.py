@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import bisect
 import string
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -99,14 +99,15 @@ def remaining_after(remaining: str, token_text: str) -> str | None:
 class ForcedPrefix:
     """One generation's forced prefix: how much of it the accepted tokens have not spelled yet.
 
-    `spelling` is the tokenizer's own encoding of the text; the speculative loop drafts what is left of it,
-    so a target that agrees spells the whole fragment in one verify.
+    `encode` is the tokenizer: the speculative loop drafts its spelling of what is left, so a target that
+    agrees spells the whole fragment in one verify, and one that split it otherwise ("launch" for "la") is
+    offered the tokenizer's spelling of the rest in the next.
     """
 
-    def __init__(self, text: str, spelling: Sequence[int], token_texts: TokenTexts) -> None:
+    def __init__(self, text: str, encode: Callable[[str], list[int]], token_texts: TokenTexts) -> None:
         self.text = text
         self.remaining = text
-        self.spelling = list(spelling)
+        self.encode = encode
         self.token_texts = token_texts
         self.spelled_tokens = 0  # generated tokens that went into spelling the text (hidden from the result)
 
@@ -115,14 +116,8 @@ class ForcedPrefix:
         return bool(self.remaining)
 
     def lead_ids(self) -> list[int]:
-        """The rest of `spelling`, when the text spelled so far ends on one of its token boundaries."""
-        spelled = len(self.text) - len(self.remaining)
-        position = 0
-        for index, token_id in enumerate(self.spelling):
-            if position == spelled:
-                return self.spelling[index:]
-            position += len(self._text(token_id))
-        return []
+        """The tokenizer's spelling of what is left, as a draft (empty when nothing is left)."""
+        return self.encode(self.remaining) if self.remaining else []
 
     def constrain(self, logits: torch.Tensor, path: Sequence[int] = ()) -> torch.Tensor:
         """Mask logits rows [n, vocab] for the positions still inside the forced prefix.

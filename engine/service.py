@@ -124,8 +124,7 @@ class LocalEngine:
         settings = DecodeSettings.from_request(request, self.eos_ids)
         forced = None
         if request.forced_prefix:
-            spelling = self.encode(request.forced_prefix)
-            forced = ForcedPrefix(request.forced_prefix, spelling, self.token_texts)
+            forced = ForcedPrefix(request.forced_prefix, self.encode, self.token_texts)
         with self._lock:
             if request.drafter == "none":
                 return autoregressive_generate(

@@ -19,6 +19,16 @@ def ids_of(*texts: str) -> list[int]:
     return sorted(VOCAB.index(text) for text in texts)
 
 
+def encode(text: str) -> list[int]:
+    """A stand-in tokenizer: longest vocabulary match first."""
+    ids = []
+    while text:
+        token = max((t for t in VOCAB[1:] if text.startswith(t)), key=len)
+        ids.append(VOCAB.index(token))
+        text = text[len(token) :]
+    return ids
+
+
 def test_allowed_ids_finish_the_text_or_are_a_proper_prefix_of_it() -> None:
     assert TEXTS.allowed_ids("sub").tolist() == ids_of("s", "su", "sub", "subprocess")
     assert TEXTS.allowed_ids(" sub").tolist() == ids_of(" ", " sub")
@@ -40,7 +50,7 @@ def test_remaining_after() -> None:
 
 
 def test_constrain_masks_rows_along_the_drafted_path_until_the_text_is_spelled() -> None:
-    forced = ForcedPrefix("subprocess", [VOCAB.index("subprocess")], TEXTS)
+    forced = ForcedPrefix("subprocess", encode, TEXTS)
     logits = torch.arange(len(VOCAB), dtype=torch.float32).repeat(4, 1)
     path = [VOCAB.index("sub"), VOCAB.index("process"), VOCAB.index("Test")]
     out = forced.constrain(logits, path)
@@ -52,7 +62,7 @@ def test_constrain_masks_rows_along_the_drafted_path_until_the_text_is_spelled()
 
 
 def test_constrain_stops_at_a_drafted_token_that_does_not_fit() -> None:
-    forced = ForcedPrefix("sub", [VOCAB.index("sub")], TEXTS)
+    forced = ForcedPrefix("sub", encode, TEXTS)
     logits = torch.zeros(3, len(VOCAB))
     out = forced.constrain(logits, [VOCAB.index("sup"), VOCAB.index("s")])
     assert not torch.isfinite(out[0]).all()
@@ -61,20 +71,20 @@ def test_constrain_stops_at_a_drafted_token_that_does_not_fit() -> None:
 
 
 def test_advance_and_lead_ids_follow_the_accepted_tokens() -> None:
-    spelling = [VOCAB.index("sub"), VOCAB.index("process")]
-    forced = ForcedPrefix("subprocess", spelling, TEXTS)
-    assert forced.lead_ids() == spelling
+    forced = ForcedPrefix(" subprocess", encode, TEXTS)
+    assert forced.lead_ids() == [VOCAB.index(" sub"), VOCAB.index("process")]
+    forced.advance([VOCAB.index(" ")])  # the target split it otherwise: the rest is spelled afresh
+    assert forced.remaining == "subprocess" and forced.lead_ids() == [VOCAB.index("subprocess")]
     forced.advance([VOCAB.index("sub")])
     assert forced.remaining == "process" and forced.lead_ids() == [VOCAB.index("process")]
-    forced.advance([VOCAB.index("p")])
-    assert forced.remaining == "rocess"
-    assert forced.lead_ids() == []  # off the spelling's token boundaries: the target picks alone
     with pytest.raises(AssertionError):
         forced.advance([VOCAB.index("Test")])
+    forced.advance([VOCAB.index("process")])
+    assert not forced.active and forced.lead_ids() == [] and forced.spelled_tokens == 3
 
 
 def test_spelled_prefix_ignores_later_tokens() -> None:
-    forced = ForcedPrefix("su", [VOCAB.index("su")], TEXTS)
+    forced = ForcedPrefix("su", encode, TEXTS)
     forced.advance([VOCAB.index("subprocess"), VOCAB.index("Test")])
     assert not forced.active
     logits = torch.zeros(2, len(VOCAB))
