@@ -83,7 +83,8 @@ class CompletionResult:
     finish_reason: FinishReason
     token_ids: list[int] = field(default_factory=list)
     # target_forwards, drafted, accepted, per_drafter, accepted_histogram, prefill_s, decode_s, wall_s,
-    # forced_tokens (of new_tokens, those that re-spelled a forced prefix),
+    # forced_tokens (of new_tokens, those that re-spelled a forced prefix; its rounds are in per_drafter
+    # under "forced", not in drafted/accepted),
     # prompt_tokens, reused_prompt_tokens, ...
     stats: dict[str, Any] = field(default_factory=dict)
 

@@ -136,7 +136,8 @@ def speculative_generate(
             new_tokens = [*draft_ids[:accepted], next_token]
             context.extend(new_tokens)
             used = draft.drafter or drafter.name
-            _count_round(stats, used, len(draft_ids), accepted)
+            # A forced prefix's spelling is not a guess of any drafter: it is counted apart.
+            _count_round(stats, used, len(draft_ids), accepted, in_totals=healing is None)
             if healing is not None:
                 healing.advance(new_tokens)
             else:
@@ -185,13 +186,15 @@ def _draft_length(
     return max(0, int(policy.max_draft_tokens(ctx)))
 
 
-def _count_round(stats: dict[str, Any], drafter: str, drafted: int, accepted: int) -> None:
-    stats["drafted"] += drafted
-    stats["accepted"] += accepted
+def _count_round(stats: dict[str, Any], drafter: str, drafted: int, accepted: int, in_totals: bool) -> None:
     per = stats["per_drafter"].setdefault(drafter, {"rounds": 0, "drafted": 0, "accepted": 0})
     per["rounds"] += 1
     per["drafted"] += drafted
     per["accepted"] += accepted
+    if not in_totals:
+        return
+    stats["drafted"] += drafted
+    stats["accepted"] += accepted
     histogram: list[int] = stats["accepted_histogram"]
     histogram.extend([0] * (accepted + 1 - len(histogram)))
     histogram[accepted] += 1

@@ -94,6 +94,10 @@ def test_greedy_speculation_with_a_forced_prefix_is_identical_to_the_baseline(
             assert got.stats["forced_tokens"] == want.stats["forced_tokens"] >= 1
             per = got.stats["per_drafter"]["forced"]
             assert per["rounds"] >= 1
+            # The drafters' totals leave the forced spelling out: it is no drafter's guess.
+            others = [v for name, v in got.stats["per_drafter"].items() if name != "forced"]
+            assert got.stats["drafted"] == sum(v["drafted"] for v in others)
+            assert got.stats["accepted"] == sum(v["accepted"] for v in others)
             forced_rounds["drafted"] += per["drafted"]
             forced_rounds["accepted"] += per["accepted"]
     # Random models often prefer another spelling than the tokenizer's: both outcomes were exercised.
