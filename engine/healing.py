@@ -110,6 +110,7 @@ class ForcedPrefix:
         self.encode = encode
         self.token_texts = token_texts
         self.spelled_tokens = 0  # generated tokens that went into spelling the text (hidden from the result)
+        self.overshoot = ""  # text of the last spelling token beyond the forced text ("rocess" for " subp")
 
     @property
     def active(self) -> bool:
@@ -143,16 +144,23 @@ class ForcedPrefix:
             remaining = remaining_after(remaining, self._text(path[row])) or ""
         return constrained
 
-    def advance(self, token_ids: Sequence[int]) -> None:
-        """Account for tokens the target accepted (each fits, since the target's choice was constrained)."""
+    def advance(self, token_ids: Sequence[int]) -> int:
+        """Account for tokens the target accepted (each fits, since the target's choice was constrained);
+        return how many of them went into the spelling."""
+        spelled = 0
         for token_id in token_ids:
             if not self.remaining:
-                return
-            left = remaining_after(self.remaining, self._text(token_id))
+                break
+            text = self._text(token_id)
+            left = remaining_after(self.remaining, text)
             if left is None:
                 raise AssertionError(f"token {token_id} was accepted but does not spell {self.remaining!r}")
+            if not left:
+                self.overshoot = text[len(self.remaining) :]
             self.remaining = left
-            self.spelled_tokens += 1
+            spelled += 1
+        self.spelled_tokens += spelled
+        return spelled
 
     def _text(self, token_id: int) -> str:
         texts = self.token_texts.texts

@@ -167,7 +167,9 @@ class LocalEngine:
         suffix_ids = self.encode(request.suffix) if request.suffix and kind in ("suffix", "hybrid") else []
         suffix = SuffixDrafter(suffix_ids, stop_ids=self.eos_ids) if suffix_ids else None
         stale_ids = self.encode(request.previous_completion) if request.previous_completion else []
-        stale = StaleCompletionDrafter(stale_ids) if stale_ids and kind in ("stale", "hybrid") else None
+        stale = None
+        if stale_ids and kind in ("stale", "hybrid"):
+            stale = StaleCompletionDrafter(stale_ids, text=request.previous_completion, encode=self.encode)
         single: dict[str, PlanningDrafter | None] = {"model": model, "lookup": lookup, "suffix": suffix}
         if kind == "hybrid":
             # Trust learned in earlier calls carries over, so a draft model that is mostly rejected stays

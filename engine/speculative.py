@@ -139,7 +139,10 @@ def speculative_generate(
             # A forced prefix's spelling is not a guess of any drafter: it is counted apart.
             _count_round(stats, used, len(draft_ids), accepted, in_totals=healing is None)
             if healing is not None:
-                healing.advance(new_tokens)
+                spelled = healing.advance(new_tokens)
+                skip_typed = getattr(drafter, "skip_typed", None)  # copying drafters re-align on the text
+                if not healing.active and skip_typed is not None:
+                    skip_typed(healing.overshoot, len(context) - len(new_tokens) + spelled)
             else:
                 drafter.observe(context, accepted, len(draft_ids))
                 if policy_observe is not None:  # adaptive policies learn from each round

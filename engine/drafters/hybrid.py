@@ -92,6 +92,13 @@ class HybridDrafter:
         draft.drafter = drafter.name
         return draft
 
+    def skip_typed(self, overshoot: str, context_len: int) -> None:
+        """Token healing ended past the cursor: pass it on to the copying drafters that align on text."""
+        for drafter in self.copiers:
+            skip_typed = getattr(drafter, "skip_typed", None)
+            if skip_typed is not None:
+                skip_typed(overshoot, context_len)
+
     def observe(self, context_ids: list[int], num_accepted: int, num_drafted: int) -> None:
         drafter, self._used = self._used, None
         if drafter is None:

@@ -4,7 +4,7 @@ confirm many tokens instead of regenerating them one by one."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from engine.drafters.base import Draft
 from engine.drafters.plan import DraftPlan
@@ -18,6 +18,10 @@ class StaleCompletionDrafter:
     of fewer than `min_overlap` tokens only counts when it is the completion's head (the first generated
     tokens). In the first round nothing has been generated yet and a FIM prompt ends in a special token,
     so the whole completion is proposed from its start.
+
+    With token healing the typed word is generated again, and its last token may run past the cursor
+    ("subprocess" for a typed "subp"): `skip_typed` then re-encodes the completion's text after that overshoot,
+    so its tokens start on the context's token boundary (needs `text` and `encode`).
     """
 
     name = "stale"
@@ -29,13 +33,26 @@ class StaleCompletionDrafter:
         min_overlap: int = 2,
         max_overlap: int = 16,
         max_tokens: int = 64,
+        text: str = "",
+        encode: Callable[[str], list[int]] | None = None,
     ) -> None:
         self.completion = list(completion_ids)
+        self.text = text
+        self.encode = encode
         self.min_overlap = min_overlap
         self.max_overlap = max_overlap
         self.max_tokens = max_tokens
         self._prompt_len: int | None = None  # context length at the first round
         self._progress = 0  # completion position aligned last time; alignment prefers to move forward
+
+    def skip_typed(self, overshoot: str, context_len: int) -> None:
+        """The forced prefix ended `overshoot` past the cursor, when the context had `context_len` tokens."""
+        if self.encode is None or not self.text.startswith(overshoot):
+            return  # no text to re-encode, or the earlier completion disagrees with what was generated
+        if overshoot:
+            self.completion = self.encode(self.text[len(overshoot) :])
+        self._prompt_len = context_len
+        self._progress = 0
 
     def align(self, context_ids: list[int]) -> tuple[int, int] | None:
         """(position in the completion where the context leaves off, overlap length), or None."""

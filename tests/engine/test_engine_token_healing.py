@@ -124,3 +124,25 @@ def test_a_budget_too_small_for_the_forced_prefix_returns_nothing_visible() -> N
         assert result.text == ""
         assert result.finish_reason == "length"
         assert len(result.token_ids) == 1 and " return".startswith(decode(result.token_ids))
+
+
+@pytest.mark.parametrize("forced", [" retur", " __ini", " Poin", " rang"])
+def test_identity_holds_when_the_spelling_runs_past_the_cursor_into_an_earlier_suggestion(
+    forced: str,
+) -> None:
+    """Fragments that end mid-token: the word's last token runs past the cursor, and the earlier suggestion
+    (drafted by the stale drafter) is re-encoded after that overshoot."""
+    engine = local_engine(tiny_llama(seed=81), tiny_llama(seed=82))
+    plain = CompletionRequest(PROMPT, max_new_tokens=NEW_TOKENS, drafter="none", forced_prefix=forced)
+    want = engine.complete(plain)
+    for drafter in ("stale", "hybrid"):
+        request = CompletionRequest(
+            PROMPT,
+            max_new_tokens=NEW_TOKENS,
+            drafter=drafter,
+            forced_prefix=forced,
+            previous_completion=want.text,
+        )
+        got = engine.complete(request)
+        assert got.token_ids == want.token_ids
+        assert got.text == want.text

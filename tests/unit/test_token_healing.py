@@ -83,9 +83,10 @@ def test_advance_and_lead_ids_follow_the_accepted_tokens() -> None:
     assert not forced.active and forced.lead_ids() == [] and forced.spelled_tokens == 3
 
 
-def test_spelled_prefix_ignores_later_tokens() -> None:
+def test_spelled_prefix_ignores_later_tokens_and_records_the_overshoot() -> None:
     forced = ForcedPrefix("su", encode, TEXTS)
-    forced.advance([VOCAB.index("subprocess"), VOCAB.index("Test")])
+    assert forced.advance([VOCAB.index("subprocess"), VOCAB.index("Test")]) == 1
+    assert forced.overshoot == "bprocess"  # what the last spelling token wrote past the forced text
     assert not forced.active
     logits = torch.zeros(2, len(VOCAB))
     assert forced.constrain(logits) is logits
