@@ -100,6 +100,12 @@ class BackendInfo:
     token_healing: bool = False  # honours CompletionRequest.forced_prefix
 
 
+def refuse_forced_prefix(request: CompletionRequest, backend: str) -> None:
+    """For backends whose `info().token_healing` is False: a forced prefix would be silently dropped."""
+    if request.forced_prefix:
+        raise ValueError(f"the {backend} backend cannot force a prefix (token healing is local only)")
+
+
 class CompletionBackend(Protocol):
     """Everything the server needs from a model. `complete` blocks; the server calls it from one worker thread."""
 

@@ -23,6 +23,7 @@ from engine.api import (
     CompletionResult,
     FinishReason,
     OnText,
+    refuse_forced_prefix,
 )
 from lsp_server.config import FakeSettings
 
@@ -81,6 +82,7 @@ class FakeBackend:
         on_text: OnText | None = None,
         cancel: CancelToken | None = None,
     ) -> CompletionResult:
+        refuse_forced_prefix(request, "fake")
         started = time.perf_counter()
         planned = continuation_for(request.prompt, self.rules)
         if planned.startswith(RAISE_MARKER):

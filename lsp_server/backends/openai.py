@@ -33,7 +33,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.api import BackendInfo, CancelToken, CompletionRequest, CompletionResult, FinishReason, OnText
+from engine.api import (
+    BackendInfo,
+    CancelToken,
+    CompletionRequest,
+    CompletionResult,
+    FinishReason,
+    OnText,
+    refuse_forced_prefix,
+)
 from lsp_server.config import ServerSettings
 from lsp_server.context.fim import FIM_FAMILIES
 
@@ -234,6 +242,7 @@ class OpenAIBackend:
         on_text: OnText | None = None,
         cancel: CancelToken | None = None,
     ) -> CompletionResult:
+        refuse_forced_prefix(request, "openai")
         started = time.monotonic()
         if self._closed.is_set():
             return self._empty("cancelled", started)

@@ -159,6 +159,14 @@ def test_info_reports_served_special_tokens_and_context(scripted: tuple[Script, 
     assert info.context_length == 4096 and info.target == "scripted" and info.name == "openai"
 
 
+def test_a_forced_prefix_is_refused_rather_than_dropped(scripted: tuple[Script, str]) -> None:
+    _, url = scripted
+    backend = backend_for(url)
+    assert not backend.info().token_healing  # the context builder then never asks for one
+    with pytest.raises(ValueError, match="cannot force a prefix"):
+        backend.complete(CompletionRequest(prompt="def f(", forced_prefix="x"))
+
+
 def test_count_tokens_is_calibrated_against_the_server(scripted: tuple[Script, str]) -> None:
     _, url = scripted
     backend = backend_for(url)

@@ -136,3 +136,14 @@ def test_builder_moves_the_fragment_out_of_the_prompt_when_the_backend_heals_and
     expected = "p =<|sp_fim_middle|>" if healing else "p = sub<|sp_fim_middle|>"
     assert ctx.prompt.endswith(expected)
     assert ctx.forced_prefix == (" sub" if healing else "")
+
+
+def test_backends_that_cannot_heal_refuse_a_forced_prefix() -> None:
+    from engine.api import CompletionRequest
+    from lsp_server.backends.fake import FakeBackend
+
+    backend = FakeBackend([("x", "y")])
+    assert not backend.info().token_healing
+    with pytest.raises(ValueError, match="cannot force a prefix"):
+        backend.complete(CompletionRequest("x = 1\nx", forced_prefix="x"))
+    assert backend.complete(CompletionRequest("x = 1\nx")).text == "y"
