@@ -11,6 +11,8 @@ from typing import Any
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     transport = parser.add_argument_group("transport")
     transport.add_argument("--tcp", action="store_true", help="listen on TCP instead of stdio")
+    # vscode-languageclient (TransportKind.stdio) and other clients append --stdio; it is the default.
+    transport.add_argument("--stdio", action="store_true", help="talk over stdin/stdout (the default)")
     transport.add_argument("--host", default="127.0.0.1", help="TCP address to bind (default: 127.0.0.1)")
     transport.add_argument("--port", type=int, default=2087, help="TCP port (default: 2087)")
     model = parser.add_argument_group("model (overrides the editor's settings)")

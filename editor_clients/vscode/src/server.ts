@@ -5,7 +5,6 @@ import {
   type LanguageClientOptions,
   type Middleware,
   type ServerOptions,
-  TransportKind,
 } from "vscode-languageclient/node";
 
 import { currentConfig, SECTION, serverLaunch, toInitializationOptions } from "./settings";
@@ -34,7 +33,6 @@ export class SpeclsServer implements vscode.Disposable {
     const serverOptions: ServerOptions = {
       command: launch.command,
       args: launch.args,
-      transport: TransportKind.stdio,
     };
     const clientOptions: LanguageClientOptions = {
       documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
