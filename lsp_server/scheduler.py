@@ -143,6 +143,8 @@ class Statistics:
     cancel_to_idle_ms: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=500))
     last_engine_stats: dict[str, Any] = field(default_factory=dict)
     last_finish_reason: str | None = None
+    # Completions each stop rule cut, by rule name ("repetition" is the degeneration guard).
+    stop_rules_fired: collections.Counter[str] = field(default_factory=collections.Counter)
 
     def record_engine(self, result: CompletionResult) -> None:
         self.last_finish_reason = result.finish_reason
@@ -192,6 +194,7 @@ class Statistics:
             "cancel_to_idle_ms": list(self.cancel_to_idle_ms),
             "last_engine_stats": self.last_engine_stats,
             "last_finish_reason": self.last_finish_reason,
+            "stop_rules_fired": dict(self.stop_rules_fired),
         }
 
 
@@ -654,6 +657,8 @@ class Scheduler:
                 idle_ms = (time.monotonic() - cancelled_at) * 1000
                 self._post(self.stats.cancel_to_idle_ms.append, idle_ms)
             text = result.text if result.finish_reason == "cancelled" else self._finalize(result.text, ctx)
+            if ctx.stop_rules is not None and ctx.stop_rules.fired:
+                self._post(self.stats.stop_rules_fired.update, sorted(ctx.stop_rules.fired))
         except Exception as exc:  # a fault in one request must not take the worker down
             logger.exception("completion failed")
             self._post(self._on_done, generation, "", None, f"{type(exc).__name__}: {exc}")

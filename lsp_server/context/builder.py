@@ -13,6 +13,7 @@ from lsp_server.context.fim import (
     FimTemplate,
     detect_fim_template,
     fit_prefix_suffix,
+    marker_texts,
 )
 from lsp_server.context.languages import language_spec
 from lsp_server.context.policy import SyntaxDraftPolicy, identifiers_in
@@ -136,6 +137,7 @@ def build_completion_context(
         max_lines=settings.max_lines,
         line_comment=spec.line_comment if spec else "",
         tab_size=settings.tab_size,
+        markers=marker_texts(info.special_tokens),
     )
     if mode == "none":
         return CompletionContext(
