@@ -19,6 +19,7 @@ from typing import Any
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
+from lsp_server import __version__
 from lsp_server.demo.keystrokes import position_of
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +48,7 @@ class ServerSession:
     """One running server and the client connected to it; documents are tracked as full text."""
 
     def __init__(self) -> None:
-        self.client = LanguageClient("specls-demo", "0.1.0")
+        self.client = LanguageClient("specls-demo", __version__)
         self.statuses: list[dict[str, Any]] = []
         self.messages: collections.deque[str] = collections.deque(maxlen=20)
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=40)
