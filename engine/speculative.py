@@ -120,8 +120,8 @@ def speculative_generate(
                 break
             # 4. Verify every draft in ONE target forward: k + 1 rows of logits.
             logits = target.forward([context[-1], *draft_ids])
-            if healing is not None:
-                logits = healing.constrain(logits, draft_ids)
+            if forced is not None:  # also the round after the spelling, when the token after it is checked
+                logits = forced.constrain(logits, draft_ids)
             stats["target_forwards"] += 1
             # 5. Accept: greedy prefix match, or Leviathan Alg. 1 with the drafter's q (one-hot when None).
             if settings.greedy:
@@ -144,6 +144,8 @@ def speculative_generate(
                 if not healing.active and skip_typed is not None:
                     skip_typed(healing.overshoot, len(context) - len(new_tokens) + spelled)
             else:
+                if forced is not None:
+                    forced.advance(new_tokens)
                 drafter.observe(context, accepted, len(draft_ids))
                 if policy_observe is not None:  # adaptive policies learn from each round
                     policy_observe(used, len(draft_ids), accepted)
