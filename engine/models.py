@@ -338,13 +338,6 @@ def describe_model(source: ModelSource) -> dict[str, Any]:
     return info
 
 
-def bundled_fim_prompt(prefix: str, suffix: str) -> str:
-    """The bundled pair's SPM fill-in-the-middle prompt (suffix first keeps the KV cache warm)."""
-    from engine.train.tokenizer import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
-
-    return f"{FIM_SUFFIX}{suffix}{FIM_PREFIX}{prefix}{FIM_MIDDLE}"
-
-
 def end_of_text_ids(
     tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel | None = None
 ) -> frozenset[int]:

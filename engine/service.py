@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from engine.api import (
+    DRAFTERS,
     BackendInfo,
     CancelToken,
     CompletionRequest,
@@ -42,9 +43,8 @@ from engine.models import ModelPair, end_of_text_ids, load_pair
 from engine.speculative import PollingDecoder, speculative_generate
 
 if TYPE_CHECKING:
+    from engine.decoder import CausalDecoder
     from engine.drafters.plan import PlanningDrafter
-
-DRAFTERS = ("model", "lookup", "suffix", "stale", "hybrid", "none")
 
 
 class LocalEngine:
@@ -69,9 +69,9 @@ class LocalEngine:
         self.window = window
         self.target = make_decoder(self.pair.target, window)
         # None: no draft model shares the target's tokenizer; the copying drafters still run.
-        self.draft_decoder: PollingDecoder | None = None
+        self.draft_decoder: CausalDecoder | None = None
         if self.pair.draft is not None:
-            self.draft_decoder = PollingDecoder(make_decoder(self.pair.draft, window))
+            self.draft_decoder = make_decoder(self.pair.draft, window)
         self.eos_ids = end_of_text_ids(self.tokenizer, self.pair.target)
         self._lookup: tuple[tuple[str, ...], PromptLookupDrafter] | None = None
         self._hybrid_acceptance: dict[str, float] = {}  # per-drafter trust, learned across calls
@@ -143,37 +143,31 @@ class LocalEngine:
                     cancel=cancel,
                     forced=forced,
                 )
-            drafter = self._build_drafter(request)
+            drafter = self._build_drafter(request, cancel)
             # A fresh adaptive policy per call: a seeded request then samples the same tokens every time.
             policy: DraftLengthPolicy = request.draft_policy or AdaptiveDraftLength()
-            if self.draft_decoder is not None:
-                self.draft_decoder.token = cancel
-            try:
-                return speculative_generate(
-                    self.target,
-                    drafter,
-                    prompt_ids,
-                    settings,
-                    policy,
-                    decode=self.decode,
-                    on_text=on_text,
-                    cancel=cancel,
-                    step_costs=self.step_costs,
-                    forced=forced,
-                )
-            finally:
-                if self.draft_decoder is not None:
-                    self.draft_decoder.token = None
+            return speculative_generate(
+                self.target,
+                drafter,
+                prompt_ids,
+                settings,
+                policy,
+                decode=self.decode,
+                on_text=on_text,
+                cancel=cancel,
+                step_costs=self.step_costs,
+                forced=forced,
+            )
 
     def close(self) -> None:
         with self._lock:
             self._lookup = None
 
-    def _build_drafter(self, request: CompletionRequest) -> Drafter:
+    def _build_drafter(self, request: CompletionRequest, cancel: CancelToken | None) -> Drafter:
         kind = request.drafter
         if kind == "model" and self.draft_decoder is None:
             raise ValueError("drafter 'model' needs a draft model; this target runs without one (--draft)")
-        model = self._model_drafter(request) if kind in ("model", "hybrid", "stale") else None
+        model = self._model_drafter(request, cancel) if kind in ("model", "hybrid", "stale") else None
         lookup = self._lookup_drafter(request.lookup_context) if kind in ("lookup", "hybrid") else None
         suffix_ids = self.encode(request.suffix) if request.suffix and kind in ("suffix", "hybrid") else []
         suffix = SuffixDrafter(suffix_ids, stop_ids=self.eos_ids) if suffix_ids else None
@@ -194,7 +188,7 @@ class LocalEngine:
         # "suffix" with an empty suffix has nothing to copy: the hybrid with no drafters drafts nothing.
         return chosen if chosen is not None else HybridDrafter()
 
-    def _model_drafter(self, request: CompletionRequest) -> ModelDrafter | None:
+    def _model_drafter(self, request: CompletionRequest, cancel: CancelToken | None) -> ModelDrafter | None:
         if self.draft_decoder is None:
             return None
         generator = None
@@ -205,7 +199,7 @@ class LocalEngine:
             else:
                 generator.seed()
         return ModelDrafter(
-            self.draft_decoder,
+            PollingDecoder(self.draft_decoder, cancel),  # a cancel is seen between draft steps
             temperature=request.temperature,
             top_k=request.top_k,
             top_p=request.top_p,

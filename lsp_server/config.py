@@ -13,15 +13,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.api import DRAFTERS
 from lsp_server.context import ContextSettings
 
 BACKENDS = ("local", "openai", "fake")
-DRAFTERS = ("model", "lookup", "suffix", "stale", "hybrid", "none")
-DTYPES = (
-    "auto",
-    "fp32",
-    "bf16",
-)  # auto: bf16 where the CPU computes it natively (engine.models.choose_dtype)
+# auto: bf16 where the CPU computes it natively (engine.models.choose_dtype)
+DTYPES = ("auto", "fp32", "bf16")
 
 
 @dataclass(frozen=True)
