@@ -102,6 +102,7 @@ class DraftLengthConfig:
     target: str | None = None
     draft: str | None = None
     device: str = "auto"
+    dtype: str = "auto"
     threads: int | None = None
     repeats: int = 1
     stop_at_eos: bool = False
@@ -154,7 +155,7 @@ def run_draft_length(config: DraftLengthConfig, progress: bool = True) -> dict[s
     from engine.models import load_pair
     from engine.service import LocalEngine
 
-    pair = load_pair(config.target, config.draft, config.device, num_threads=config.threads)
+    pair = load_pair(config.target, config.draft, config.device, config.dtype, num_threads=config.threads)
     engine = LocalEngine(pair=pair)
     prompts = build_prompts(engine.info(), engine.count_tokens, config.prompts)
     if not prompts:
@@ -168,7 +169,8 @@ def run_draft_length(config: DraftLengthConfig, progress: bool = True) -> dict[s
     def run(name: str, prompt: BenchPrompt, limit: int) -> dict[str, Any]:
         policy = factory.make(name, prompt)
         engine.target.crop(0)
-        engine.draft_decoder.crop(0)
+        if engine.draft_decoder is not None:
+            engine.draft_decoder.crop(0)
         ctx = prompt.context
         request = CompletionRequest(
             prompt=ctx.prompt,
