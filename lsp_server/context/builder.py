@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from engine.api import BackendInfo, DraftLengthPolicy, StopCheck
+from engine.api import BackendInfo, StopCheck, SyntaxClassifier
 from lsp_server.context.fim import (
     BLOCK_LINES,
     PREFIX_ONLY,
@@ -15,10 +15,10 @@ from lsp_server.context.fim import (
     fit_prefix_suffix,
 )
 from lsp_server.context.languages import language_spec
-from lsp_server.context.policy import SyntaxDraftPolicy, identifiers_in
 from lsp_server.context.snippets import select_snippets
 from lsp_server.context.stops import SyntaxStopRules, finalize
 from lsp_server.context.syntax import Mode, completion_mode, indent_width, opens_block
+from lsp_server.context.syntax_context import identifiers_in, syntax_classifier
 
 if TYPE_CHECKING:
     from lsp_server.documents import Document, DocumentStore
@@ -44,7 +44,7 @@ class CompletionContext:
     suffix: str  # file text after the cursor (trimmed to the budget)
     mode: Mode
     stop_check: StopCheck
-    draft_policy: DraftLengthPolicy
+    syntax_context: SyntaxClassifier  # names the syntax context before each token, for draft lengths
     lookup_snippets: tuple[str, ...]  # other-file snippets, also for the engine's n-gram drafter
     stop_strings: tuple[str, ...]
     template: FimTemplate = field(default=PREFIX_ONLY)
@@ -139,7 +139,7 @@ def build_completion_context(
     )
     if mode == "none":
         return CompletionContext(
-            "", "", "", mode, rules, SyntaxDraftPolicy(), (), template.stop_strings, template, rules
+            "", "", "", mode, rules, syntax_classifier(), (), template.stop_strings, template, rules
         )
 
     budget = prompt_budget(info, settings)
@@ -165,14 +165,14 @@ def build_completion_context(
     fragment = healed_fragment(prefix) if info.token_healing and settings.token_healing else ""
     if fragment:
         prompt = template.format(prefix[: -len(fragment)], suffix, snippets, comment)
-    policy = SyntaxDraftPolicy(known_identifiers=identifiers_in(prefix + suffix))
+    classify = syntax_classifier(identifiers_in(prefix + suffix))
     return CompletionContext(
         prompt=prompt,
         prefix=prefix,
         suffix=suffix,
         mode=mode,
         stop_check=rules,
-        draft_policy=policy,
+        syntax_context=classify,
         lookup_snippets=tuple(snippet.text for snippet in snippets),
         stop_strings=template.stop_strings,
         template=template,
