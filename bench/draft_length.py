@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from bench.metrics import first_difference, markdown_table, median, write_result_files
 from bench.prompts import BenchPrompt, build_prompts
 from bench.throughput import MethodRunner, ThroughputConfig, environment
-from engine.api import DraftContext, DraftLengthPolicy
+from engine.api import DraftContext, DraftLengthPolicy, LearningDraftPolicy
 
 if TYPE_CHECKING:
     from lsp_server.context import SyntaxAcceptance
@@ -53,9 +53,8 @@ class RecordingPolicy:
         return limit
 
     def observe(self, drafter: str, num_drafted: int, num_accepted: int) -> None:
-        inner_observe = getattr(self.inner, "observe", None)
-        if inner_observe is not None:
-            inner_observe(drafter, num_drafted, num_accepted)
+        if isinstance(self.inner, LearningDraftPolicy):
+            self.inner.observe(drafter, num_drafted, num_accepted)
         if self._pending is not None:
             context, limit = self._pending
             self.rounds.append(RoundRecord(context, drafter, limit, num_drafted, num_accepted))

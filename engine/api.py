@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from engine.costs import StepCosts
 
@@ -76,6 +76,13 @@ class DraftContext:
 
 class DraftLengthPolicy(Protocol):
     def max_draft_tokens(self, ctx: DraftContext) -> int: ...
+
+
+@runtime_checkable
+class LearningDraftPolicy(DraftLengthPolicy, Protocol):
+    """A policy that learns from each round it sized."""
+
+    def observe(self, drafter: str, num_drafted: int, num_accepted: int) -> None: ...
 
 
 @dataclass

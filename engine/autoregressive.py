@@ -11,7 +11,7 @@ from time import perf_counter
 import torch
 
 from engine.api import CancelToken, CompletionResult, OnText
-from engine.decoder import CausalDecoder
+from engine.decoder import CausalDecoder, device_of
 from engine.generation import (
     Decode,
     DecodeSettings,
@@ -46,7 +46,7 @@ def autoregressive_generate(
         reused = sync_cache(target, prompt_ids)
         prefilled = perf_counter()
         stats = new_stats(len(prompt_ids), reused, dropped)
-        picker = TokenPicker(settings, getattr(target, "device", "cpu"))
+        picker = TokenPicker(settings, device_of(target))
         output = OutputTracker(settings, decode, on_text, forced.text if forced is not None else "")
         pending = prompt_ids[-1]  # fed next; its logits choose the next token
         while output.finish is None:

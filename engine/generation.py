@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from engine.api import CompletionRequest, CompletionResult, FinishReason, OnText, StopCheck, first_stop
-from engine.decoder import CausalDecoder
+from engine.decoder import CausalDecoder, PrefillingDecoder
 from engine.sequences import common_prefix_length
 from engine.verify import warp_logits
 
@@ -82,9 +82,8 @@ def sync_cache(decoder: CausalDecoder, prompt_ids: list[int]) -> int:
     decoder.crop(reused)
     remaining = prompt_ids[reused:-1]
     if remaining:
-        prefill = getattr(decoder, "prefill", None)  # optional: skips the vocabulary projection
-        if prefill is not None:
-            prefill(remaining)
+        if isinstance(decoder, PrefillingDecoder):
+            decoder.prefill(remaining)
         else:
             decoder.forward(remaining)
     return reused

@@ -36,7 +36,14 @@ if [[ $DEV == 1 ]]; then
         $SUDO apt-get update -q
         $SUDO apt-get install -y -q neovim
     fi
+    if ! command -v luacheck >/dev/null 2>&1; then  # lints the Neovim plugin's Lua
+        SUDO=""
+        [[ "$(id -u)" -eq 0 ]] || SUDO="sudo"
+        $SUDO apt-get update -q
+        $SUDO apt-get install -y -q lua-check
+    fi
     command -v node >/dev/null 2>&1 || { echo "node 20 + npm are required for the VS Code extension" >&2; exit 1; }
     (cd editor_clients/vscode && npm ci --no-audit --no-fund --loglevel=error && npm run --silent compile)
+    (cd editor_clients/neovim && npm ci --no-audit --no-fund --loglevel=error)  # stylua, the Lua formatter
     PYTHON=.venv/bin/python bash scripts/build_llama_server.sh >/dev/null
 fi
