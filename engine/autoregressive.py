@@ -11,12 +11,13 @@ from time import perf_counter
 import torch
 
 from engine.api import CancelToken, CompletionResult, OnText
-from engine.decoder import CausalDecoder
+from engine.decoder import CausalDecoder, device_of
 from engine.generation import (
     Decode,
     DecodeSettings,
     OutputTracker,
     TokenPicker,
+    finish_result,
     fit_prompt,
     new_stats,
     sync_cache,
@@ -45,7 +46,7 @@ def autoregressive_generate(
         reused = sync_cache(target, prompt_ids)
         prefilled = perf_counter()
         stats = new_stats(len(prompt_ids), reused, dropped)
-        picker = TokenPicker(settings, getattr(target, "device", "cpu"))
+        picker = TokenPicker(settings, device_of(target))
         output = OutputTracker(settings, decode, on_text, forced.text if forced is not None else "")
         pending = prompt_ids[-1]  # fed next; its logits choose the next token
         while output.finish is None:
@@ -61,15 +62,11 @@ def autoregressive_generate(
             stats["target_forwards"] += 1
             output.extend([token])
             pending = token
-    text, token_ids = output.result_parts()
-    end = perf_counter()
-    stats.update(
-        prefill_s=prefilled - start,
-        decode_s=end - prefilled,
-        wall_s=end - start,
-        new_tokens=len(token_ids),
+    return finish_result(
+        output,
+        stats,
+        started=start,
+        prefilled=prefilled,
         forced_tokens=forced.spelled_tokens if forced is not None else 0,
-    )
-    return CompletionResult(
-        text=text, finish_reason=output.finish or "length", token_ids=token_ids, stats=stats
+        unfinished="length",
     )

@@ -10,20 +10,31 @@ back to the context minus its new last token; rejected positions are simply forg
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from time import perf_counter
 from typing import Any
 
 import torch
 
-from engine.api import CancelToken, CompletionResult, DraftContext, DraftLengthPolicy, OnText
+from engine.api import (
+    CancelToken,
+    CompletionResult,
+    DraftContext,
+    DraftLengthPolicy,
+    LearningDraftPolicy,
+    OnText,
+)
 from engine.costs import StepCosts
-from engine.decoder import CausalDecoder
+from engine.decoder import CausalDecoder, device_of
 from engine.drafters.base import Draft, Drafter
+from engine.drafters.forced import ForcedPrefixDrafter
+from engine.drafters.plan import DraftPlan, PlanningDrafter
 from engine.generation import (
     Decode,
     DecodeSettings,
     OutputTracker,
     TokenPicker,
+    finish_result,
     fit_prompt,
     new_stats,
     sync_cache,
@@ -39,24 +50,23 @@ class DraftCancelled(Exception):
 
 
 class PollingDecoder:
-    """Wraps a drafter's decoder so a cancel is seen between every draft step, not only between rounds.
-
-    Set `token` for the duration of a call; `forward` raises `DraftCancelled` once it is cancelled. The
-    wrapped cache is never left half-written: the check runs before the forward.
+    """Wraps a drafter's decoder for one call so a cancel is seen between every draft step, not only between
+    rounds: `forward` raises `DraftCancelled` once `cancel` fires. The wrapped cache is never left
+    half-written: the check runs before the forward.
     """
 
-    def __init__(self, inner: CausalDecoder) -> None:
+    def __init__(self, inner: CausalDecoder, cancel: CancelToken | None) -> None:
         self.inner = inner
+        self.cancel = cancel
         self.vocab_size = inner.vocab_size
         self.max_length = inner.max_length
-        self.token: CancelToken | None = None
 
     @property
     def cached_tokens(self) -> list[int]:
         return self.inner.cached_tokens
 
     def forward(self, token_ids: list[int]) -> torch.Tensor:
-        if self.token is not None and self.token.cancelled:
+        if self.cancel is not None and self.cancel.cancelled:
             raise DraftCancelled
         return self.inner.forward(token_ids)
 
@@ -84,44 +94,47 @@ def speculative_generate(
     before every draft and before every verify; a cancelled call returns what it has accepted, and the
     cache invariant holds after every round, so the next call is unaffected.
 
-    With `forced` (token healing), the first rounds draft the forced text's own spelling and verify it under
-    the same constraint as the plain loop; those rounds teach neither the drafter nor the policy.
+    With `forced` (token healing), the drafter is wrapped in a `ForcedPrefixDrafter`, whose first rounds
+    draft the forced text's own spelling, and every verify is constrained as in the plain loop
+    (`ForcedPrefix.constrain`); the spelling rounds teach neither the drafter nor the policy.
     """
     start = perf_counter()
     prompt_ids, dropped = fit_prompt(prompt_ids, target.max_length, settings.max_new_tokens)
     cancelled = (lambda: cancel.cancelled) if cancel is not None else (lambda: False)
+    if forced is not None:
+        drafter = ForcedPrefixDrafter(drafter, forced)
+    constrain = forced.constrain if forced is not None else _unconstrained
+    learner = policy if isinstance(policy, LearningDraftPolicy) else None
     with torch.inference_mode():
         # 1. Prefill: reuse the cached prefix shared with the previous call, feed only the new tokens.
         reused = sync_cache(target, prompt_ids)
         prefilled = perf_counter()
         stats = new_stats(len(prompt_ids), reused, dropped)
-        picker = TokenPicker(settings, getattr(target, "device", "cpu"))
+        picker = TokenPicker(settings, device_of(target))
         output = OutputTracker(settings, decode, on_text, forced.text if forced is not None else "")
         context = list(prompt_ids)
-        policy_observe = getattr(policy, "observe", None)
         while output.finish is None:
-            # 2. Size this round's draft: the drafter says what it can offer, the policy picks k.
+            # 2. Size this round's draft: the drafter says what it can offer, the policy picks k (unless the
+            #    drafter fixed it: a forced prefix's spelling).
             if cancelled():
                 break
             room = min(output.remaining - 1, target.max_length - len(context))
-            healing = forced if forced is not None and forced.active else None
-            if healing is not None:
-                k = room
-                draft = Draft(healing.lead_ids(), None, "forced")
+            plan = _plan(drafter, context)
+            sized_by_policy = plan.length is None
+            if plan.length is None:
+                k = min(_draft_length(plan, policy, context, output, decode, step_costs), room)
             else:
-                k = min(_draft_length(drafter, policy, context, output, decode, step_costs), room)
-                # 3. Draft; a draft model polls the cancel token before each of its steps (`PollingDecoder`).
-                try:
-                    draft = drafter.propose(context, k) if k > 0 else Draft([], None, "none")
-                except DraftCancelled:
-                    break
+                k = min(plan.length, room)
+            # 3. Draft; a draft model polls the cancel token before each of its steps (`PollingDecoder`).
+            try:
+                draft = drafter.propose(context, k) if k > 0 else Draft([], None, "none")
+            except DraftCancelled:
+                break
             draft_ids = draft.token_ids[: max(0, k)]
             if cancelled():
                 break
-            # 4. Verify every draft in ONE target forward: k + 1 rows of logits.
-            logits = target.forward([context[-1], *draft_ids])
-            if healing is not None:
-                logits = healing.constrain(logits, draft_ids)
+            # 4. Verify every draft in ONE target forward: k + 1 rows of logits, under any constraint.
+            logits = constrain(target.forward([context[-1], *draft_ids]), draft_ids)
             stats["target_forwards"] += 1
             # 5. Accept: greedy prefix match, or Leviathan Alg. 1 with the drafter's q (one-hot when None).
             if settings.greedy:
@@ -131,60 +144,56 @@ def speculative_generate(
                 accepted, next_token = speculative_sample_accept(
                     draft_ids, draft_probs, picker.warp(logits), picker.generator
                 )
-            # 6. Roll back: keep the pending token and the accepted drafts; tell the drafter.
+            # 6. Roll back: keep the pending token and the accepted drafts; tell the drafter and the policy
+            #    that sized the draft (a round it did not size is counted apart).
             target.crop(len(context) + accepted)
             new_tokens = [*draft_ids[:accepted], next_token]
             context.extend(new_tokens)
             used = draft.drafter or drafter.name
-            # A forced prefix's spelling is not a guess of any drafter: it is counted apart.
-            _count_round(stats, used, len(draft_ids), accepted, in_totals=healing is None)
-            if healing is not None:
-                spelled = healing.advance(new_tokens)
-                skip_typed = getattr(drafter, "skip_typed", None)  # copying drafters re-align on the text
-                if not healing.active and skip_typed is not None:
-                    skip_typed(healing.overshoot, len(context) - len(new_tokens) + spelled)
-            else:
-                drafter.observe(context, accepted, len(draft_ids))
-                if policy_observe is not None:  # adaptive policies learn from each round
-                    policy_observe(used, len(draft_ids), accepted)
+            _count_round(stats, used, len(draft_ids), accepted, in_totals=sized_by_policy)
+            drafter.observe(context, accepted, len(draft_ids))
+            if learner is not None and sized_by_policy:
+                learner.observe(used, len(draft_ids), accepted)
             # 7. Stream the accepted text and apply the stop rules (EOS, length, stop strings, callback).
             output.extend(new_tokens)
         if output.finish is None:
             output.cancel()
-    text, token_ids = output.result_parts()
-    end = perf_counter()
-    stats.update(
-        prefill_s=prefilled - start,
-        decode_s=end - prefilled,
-        wall_s=end - start,
-        new_tokens=len(token_ids),
+    return finish_result(
+        output,
+        stats,
+        started=start,
+        prefilled=prefilled,
         forced_tokens=forced.spelled_tokens if forced is not None else 0,
+        unfinished="cancelled",
     )
-    return CompletionResult(
-        text=text, finish_reason=output.finish or "cancelled", token_ids=token_ids, stats=stats
-    )
+
+
+def _unconstrained(logits: torch.Tensor, path: Sequence[int]) -> torch.Tensor:
+    return logits
+
+
+def _plan(drafter: Drafter, context: list[int]) -> DraftPlan:
+    """What the drafter will offer this round (planning drafters say which of them, and if it is free)."""
+    if isinstance(drafter, PlanningDrafter):
+        return drafter.plan(context)
+    return DraftPlan(drafter.name, copy_found=False)
 
 
 def _draft_length(
-    drafter: Drafter,
+    plan: DraftPlan,
     policy: DraftLengthPolicy,
     context: list[int],
     output: OutputTracker,
     decode: Decode,
     step_costs: StepCosts | None,
 ) -> int:
-    plan = getattr(drafter, "plan", None)  # planning drafters say which of them will propose, and if free
-    name, lookup_hit, match_len = drafter.name, False, 0
-    if plan is not None:
-        decided = plan(context)
-        name, lookup_hit, match_len = decided.drafter, decided.lookup_hit, decided.match_len
     ctx = DraftContext(
         text_before=decode(context[-CONTEXT_CHARS // 3 :])[-CONTEXT_CHARS:],
         generated=output.text,
-        drafter=name,
-        lookup_hit=lookup_hit,
+        drafter=plan.drafter,
+        copy_found=plan.copy_found,
         step_costs=step_costs,
-        match_len=match_len,
+        match_len=plan.match_len,
     )
     return max(0, int(policy.max_draft_tokens(ctx)))
 

