@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from time import perf_counter
-from typing import Any
 
 import torch
 
@@ -21,6 +20,7 @@ from engine.api import (
     CompletionResult,
     DraftContext,
     DraftLengthPolicy,
+    EngineStats,
     LearningDraftPolicy,
     OnText,
 )
@@ -36,7 +36,6 @@ from engine.generation import (
     TokenPicker,
     finish_result,
     fit_prompt,
-    new_stats,
     sync_cache,
 )
 from engine.healing import ForcedPrefix
@@ -109,7 +108,7 @@ def speculative_generate(
         # 1. Prefill: reuse the cached prefix shared with the previous call, feed only the new tokens.
         reused = sync_cache(target, prompt_ids)
         prefilled = perf_counter()
-        stats = new_stats(len(prompt_ids), reused, dropped)
+        stats = EngineStats(len(prompt_ids), reused, dropped)
         picker = TokenPicker(settings, device_of(target))
         output = OutputTracker(settings, decode, on_text, forced.text if forced is not None else "")
         context = list(prompt_ids)
@@ -135,7 +134,7 @@ def speculative_generate(
                 break
             # 4. Verify every draft in ONE target forward: k + 1 rows of logits, under any constraint.
             logits = constrain(target.forward([context[-1], *draft_ids]), draft_ids)
-            stats["target_forwards"] += 1
+            stats.target_forwards += 1
             # 5. Accept: greedy prefix match, or Leviathan Alg. 1 with the drafter's q (one-hot when None).
             if settings.greedy:
                 accepted, next_token = greedy_accept(draft_ids, logits)
@@ -150,7 +149,7 @@ def speculative_generate(
             new_tokens = [*draft_ids[:accepted], next_token]
             context.extend(new_tokens)
             used = draft.drafter or drafter.name
-            _count_round(stats, used, len(draft_ids), accepted, in_totals=sized_by_policy)
+            stats.count_round(used, len(draft_ids), accepted, in_totals=sized_by_policy)
             drafter.observe(context, accepted, len(draft_ids))
             if learner is not None and sized_by_policy:
                 learner.observe(used, len(draft_ids), accepted)
@@ -196,17 +195,3 @@ def _draft_length(
         match_len=plan.match_len,
     )
     return max(0, int(policy.max_draft_tokens(ctx)))
-
-
-def _count_round(stats: dict[str, Any], drafter: str, drafted: int, accepted: int, in_totals: bool) -> None:
-    per = stats["per_drafter"].setdefault(drafter, {"rounds": 0, "drafted": 0, "accepted": 0})
-    per["rounds"] += 1
-    per["drafted"] += drafted
-    per["accepted"] += accepted
-    if not in_totals:
-        return
-    stats["drafted"] += drafted
-    stats["accepted"] += accepted
-    histogram: list[int] = stats["accepted_histogram"]
-    histogram.extend([0] * (accepted + 1 - len(histogram)))
-    histogram[accepted] += 1

@@ -9,18 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.api import CompletionResult
-
-# Engine stats summed over the session (the rest are kept only for the last completion).
-ENGINE_TOTAL_KEYS = (
-    "target_forwards",
-    "drafted",
-    "accepted",
-    "prompt_tokens",
-    "reused_prompt_tokens",
-    "new_tokens",
-    "forced_tokens",
-)
+from engine.api import SUMMED_STATS, CompletionResult
 
 
 def percentile(values: Sequence[float], p: float) -> float | None:
@@ -61,14 +50,17 @@ class Statistics:
     cancel_to_idle_ms: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=500))
     last_engine_stats: dict[str, Any] = field(default_factory=dict)
     last_finish_reason: str | None = None
+    # Completions each stop rule cut, by rule name ("repetition" is the degeneration guard).
+    stop_rules_fired: collections.Counter[str] = field(default_factory=collections.Counter)
 
     def record_engine(self, result: CompletionResult) -> None:
         self.last_finish_reason = result.finish_reason
         self.last_engine_stats = dict(result.stats)
-        for key in ENGINE_TOTAL_KEYS:
+        for key in SUMMED_STATS:
             value = result.stats.get(key)
             if isinstance(value, int | float):
                 self.engine_totals[key] += int(value)
+        self.stop_rules_fired.update(result.stats.get("stop_rules_fired", ()))
 
     def acceptance_rate(self) -> float | None:
         decided = self.accepted + self.rejected
@@ -98,4 +90,5 @@ class Statistics:
             "cancel_to_idle_ms": list(self.cancel_to_idle_ms),
             "last_engine_stats": self.last_engine_stats,
             "last_finish_reason": self.last_finish_reason,
+            "stop_rules_fired": dict(self.stop_rules_fired),
         }
