@@ -68,6 +68,15 @@ class SpeclsProtocol(LanguageServerProtocol):
             return
         super().handle_message(message)
 
+    @lsp_method(types.INITIALIZE)
+    def lsp_initialize(self, params: types.InitializeParams) -> Any:
+        result = yield from super().lsp_initialize(params)
+        if supports_inline_completion(params.capabilities):
+            # One completion path per client: offered both, VS Code asks both at every keystroke and shows a
+            # suggest-widget row that Tab takes instead of the ghost text.
+            result.capabilities.completion_provider = None
+        return result
+
     @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
     def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams) -> Any:
         if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_OPEN)) is not None:
@@ -82,6 +91,13 @@ class SpeclsProtocol(LanguageServerProtocol):
     def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams) -> Any:
         if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CLOSE)) is not None:
             yield handler, (params,), None
+
+
+def supports_inline_completion(capabilities: types.ClientCapabilities) -> bool:
+    """Whether the client asks `textDocument/inlineCompletion` itself; `textDocument/completion` is the
+    fallback for clients that do not."""
+    text_document = capabilities.text_document
+    return text_document is not None and text_document.inline_completion is not None
 
 
 class SpeclsServer(LanguageServer):
@@ -383,9 +399,8 @@ def _completion_item(
     except (UnknownDocumentError, PositionError):
         return None  # the document changed while we generated; the client asks again
     word = document.text[word_start:cursor]
-    first_line = suggestion.text.strip().splitlines()[0] if suggestion.text.strip() else suggestion.text
     return types.CompletionItem(
-        label=(word + first_line)[:80],
+        label=completion_label(word + suggestion.text),
         kind=types.CompletionItemKind.Text,
         detail="specls",
         filter_text=word + suggestion.text,
@@ -396,6 +411,16 @@ def _completion_item(
         ),
         command=_accept_command(suggestion.suggestion_id),
     )
+
+
+def completion_label(inserted: str, width: int = 80) -> str:
+    """The row's label shows what the item inserts, spaces included: its first line, with `⏎` for each line
+    break before it and `…` when it is cut short or more lines follow."""
+    breaks = len(inserted) - len(inserted.lstrip("\r\n"))
+    lines = inserted.lstrip("\r\n").splitlines() or [""]
+    label = "⏎" * inserted[:breaks].count("\n") + lines[0].rstrip()
+    more = len(lines) > 1 or len(label) > width
+    return label[: width - 1] + "…" if more else label
 
 
 # --- statistics (local only) ---
