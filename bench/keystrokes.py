@@ -18,19 +18,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
-import os
 import random
-import sys
 import tempfile
 import time
-import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench.metrics import percentile, write_result_files
-from lsp_server.demo.client import to_plain
+from engine.sequences import common_prefix_length
 
 URI_ROOT = "file:///bench"
 
@@ -109,22 +107,6 @@ def gap_after(stroke: str, rng: random.Random, config: KeystrokeConfig) -> float
     return gap / 1000
 
 
-def matched_prefix(suggestion: str, upcoming: str) -> int:
-    """Characters of `suggestion` that the user goes on to type (common prefix with what follows)."""
-    count = 0
-    for a, b in zip(suggestion, upcoming, strict=False):
-        if a != b:
-            break
-        count += 1
-    return count
-
-
-def utf16_position(text: str, offset: int) -> tuple[int, int]:
-    line = text.count("\n", 0, offset)
-    line_start = text.rfind("\n", 0, offset) + 1
-    return line, len(text[line_start:offset].encode("utf-16-le")) // 2
-
-
 def default_regions(config: KeystrokeConfig) -> list[Region]:
     from bench.prompts import cursor_in, held_out_files
 
@@ -151,8 +133,9 @@ def default_regions(config: KeystrokeConfig) -> list[Region]:
     return regions
 
 
-def serve_command(config: KeystrokeConfig, log_file: Path) -> list[str]:
-    command = [sys.executable, "-m", "lsp_server.cli", "serve", "--backend", config.backend]
+def serve_args(config: KeystrokeConfig, log_file: Path) -> list[str]:
+    """The arguments after `specls serve`."""
+    args = ["--backend", config.backend]
     for flag, value in (
         ("--target", config.target),
         ("--draft", config.draft),
@@ -161,159 +144,89 @@ def serve_command(config: KeystrokeConfig, log_file: Path) -> list[str]:
         ("--model", config.remote_model),
     ):
         if value:
-            command += [flag, value]
-    return command + ["--log-file", str(log_file), "--log-level", "WARNING"]
+            args += [flag, value]
+    return args + ["--log-file", str(log_file), "--log-level", "WARNING"]
 
 
 class ReplayClient:
-    """An editor stand-in: one document at a time, requests on every keystroke, cancelling the previous one."""
+    """An editor stand-in: one document at a time, requests on every keystroke, cancelling the previous one.
+    The LSP client is the demo's `ServerSession`; this class adds the timing of every answer."""
 
     def __init__(self, config: KeystrokeConfig) -> None:
-        from pygls.lsp.client import LanguageClient
+        from lsp_server.demo.client import ServerSession
 
         self.config = config
-        self.client = LanguageClient("specls-bench", "1")
-        self.statuses: list[dict[str, Any]] = []
-        self.messages: list[str] = []
-        self.client.feature("specls/status")(lambda params: self.statuses.append(to_plain(params)))
-        for method in ("window/logMessage", "window/showMessage"):
-            self.client.feature(method)(
-                lambda params: self.messages.append(str(getattr(params, "message", "")))
-            )
-        self._stderr_task: asyncio.Task[None] | None = None
+        self.session = ServerSession("specls-bench")
+
+    @property
+    def statuses(self) -> list[dict[str, Any]]:
+        return self.session.statuses
+
+    @property
+    def messages(self) -> list[str]:
+        return list(self.session.messages)
 
     async def start(self, log_file: Path) -> None:
-        from lsprotocol import types
-
-        command = serve_command(self.config, log_file)
-        env = dict(os.environ)
-        if self.config.threads:
-            env["OMP_NUM_THREADS"] = str(self.config.threads)
-        await self.client.start_io(command[0], *command[1:], env=env)
-        server = self.client._server
-        if server is not None and server.stderr is not None:  # drain it, or a chatty server blocks
-            self._stderr_task = asyncio.create_task(self._drain(server.stderr))
-        await asyncio.wait_for(
-            self.client.initialize_async(
-                types.InitializeParams(
-                    capabilities=types.ClientCapabilities(),
-                    initialization_options=self.config.settings or None,
-                )
-            ),
-            60,
+        env = {"OMP_NUM_THREADS": str(self.config.threads)} if self.config.threads else {}
+        await self.session.start(
+            serve_args(self.config, log_file),
+            env=env,
+            initialization_options=self.config.settings or None,
         )
-        self.client.initialized(types.InitializedParams())
-        deadline = time.monotonic() + self.config.timeout_s
-        while time.monotonic() < deadline:
-            states = [status.get("state") for status in self.statuses]
-            if "error" in states:
-                raise RuntimeError(
-                    f"the server failed to load its backend: {self.statuses[-1].get('message')}"
-                )
-            if "ready" in states:
-                return
-            await asyncio.sleep(0.05)
-        raise TimeoutError("the server did not become ready")
-
-    @staticmethod
-    async def _drain(stream: asyncio.StreamReader) -> None:
-        while await stream.read(65536):
-            pass
+        await self.session.wait_ready(self.config.timeout_s)
 
     async def stats(self) -> dict[str, Any]:
-        result = await asyncio.wait_for(self.client.protocol.send_request_async("specls/stats", {}), 30)
-        return dict(to_plain(result))
+        return await asyncio.wait_for(self.session.stats(), 30)
 
     async def stop(self) -> None:
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.client.shutdown_async(None), 15)
-            self.client.exit(None)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.client.stop(), 15)
-        if self._stderr_task is not None:
-            self._stderr_task.cancel()
+        await self.session.stop()
 
     async def replay(self, region: Region, rng: random.Random, on_key: Any = None) -> list[Keystroke]:
-        from lsprotocol import types
-
         uri = f"{URI_ROOT}/{region.name.lstrip('/')}"
         final = region.text
-        document = final[: region.start] + final[region.end :]
-        version = 1
-        self.client.text_document_did_open(
-            types.DidOpenTextDocumentParams(types.TextDocumentItem(uri, "python", version, document))
-        )
-        cursor = region.start  # in both `document` and `final`: the text before it is the same
-        pending: tuple[str, Keystroke, asyncio.Future[Any]] | None = None
+        self.session.open(uri, final[: region.start] + final[region.end :], "python")
+        cursor = region.start  # in both the document and `final`: the text before it is the same
+        pending: tuple[str, asyncio.Future[Any]] | None = None
         keys: list[Keystroke] = []
         for index, stroke in enumerate(keystrokes_of(final[region.start : region.end])):
-            line, character = utf16_position(document, cursor)
-            at = types.Position(line, character)
-            document = document[:cursor] + stroke + document[cursor:]
+            if pending is not None and not pending[1].done():
+                self.session.cancel(pending[0])
+            self.session.insert(uri, cursor, stroke)
             cursor += len(stroke)
-            version += 1
-            if pending is not None and not pending[2].done():
-                self.client.protocol.notify("$/cancelRequest", types.CancelParams(id=pending[0]))
-            self.client.text_document_did_change(
-                types.DidChangeTextDocumentParams(
-                    types.VersionedTextDocumentIdentifier(version, uri),
-                    [types.TextDocumentContentChangePartial(types.Range(at, at), stroke)],
-                )
-            )
             key = Keystroke(region.name, index, cursor, stroke, time.monotonic())
-            pending = self._request(uri, document, cursor, key, final)
+            pending = self.session.request_inline(uri, cursor)
+            pending[1].add_done_callback(functools.partial(_record_answer, key, final, cursor))
             keys.append(key)
             if on_key is not None:
                 on_key()
             await asyncio.sleep(gap_after(stroke, rng, self.config))
         if pending is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(pending[2]), self.config.timeout_s)
-        self.client.text_document_did_close(
-            types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri))
-        )
+                await asyncio.wait_for(asyncio.shield(pending[1]), self.config.timeout_s)
+        self.session.close(uri)
         return keys
 
-    def _request(
-        self, uri: str, document: str, cursor: int, key: Keystroke, final: str
-    ) -> tuple[str, Keystroke, asyncio.Future[Any]]:
-        from lsprotocol import types
 
-        line, character = utf16_position(document, cursor)
-        params = types.InlineCompletionParams(
-            context=types.InlineCompletionContext(types.InlineCompletionTriggerKind.Automatic),
-            text_document=types.TextDocumentIdentifier(uri),
-            position=types.Position(line, character),
-        )
-        msg_id = str(uuid.uuid4())
-        future = asyncio.wrap_future(
-            self.client.protocol.send_request("textDocument/inlineCompletion", params, msg_id=msg_id)
-        )
+def _record_answer(key: Keystroke, final: str, cursor: int, answer: asyncio.Future[Any]) -> None:
+    """Fill in `key` from its request's answer; `final` is the text once typed, `cursor` where the key left it."""
+    from lsp_server.demo.client import first_suggestion
 
-        def done(fut: asyncio.Future[Any]) -> None:
-            key.answered_at = time.monotonic()
-            if fut.cancelled() or fut.exception() is not None:
-                error = "" if fut.cancelled() else str(fut.exception())
-                key.outcome = "cancelled" if fut.cancelled() or "cancel" in error.lower() else "error"
-                key.answered_at = None if key.outcome == "cancelled" else key.answered_at
-                return
-            result = fut.result()
-            items = getattr(result, "items", result) or []
-            if not items:
-                key.outcome = "empty"
-                return
-            item = items[0]
-            key.outcome = "suggestion"
-            key.suggestion = item.insert_text if isinstance(item.insert_text, str) else item.insert_text.value
-            if item.command is not None and item.command.arguments:
-                key.suggestion_id = str(item.command.arguments[0])
-            key.matched_chars = matched_prefix(key.suggestion, final[cursor:])
-            typed_into = key.suggestion_id.partition("+")[2]  # "<generation>+<chars typed since its cursor>"
-            already = int(typed_into) if typed_into.isdigit() else 0
-            key.generation_text = final[cursor - already : cursor] + key.suggestion
-
-        future.add_done_callback(done)
-        return msg_id, key, future
+    key.answered_at = time.monotonic()
+    if answer.cancelled() or answer.exception() is not None:
+        error = "" if answer.cancelled() else str(answer.exception())
+        key.outcome = "cancelled" if answer.cancelled() or "cancel" in error.lower() else "error"
+        key.answered_at = None if key.outcome == "cancelled" else key.answered_at
+        return
+    text, suggestion_id = first_suggestion(answer.result())
+    if not text:
+        key.outcome = "empty"
+        return
+    key.outcome = "suggestion"
+    key.suggestion, key.suggestion_id = text, suggestion_id or ""
+    key.matched_chars = common_prefix_length(key.suggestion, final[cursor:])
+    typed_into = key.suggestion_id.partition("+")[2]  # "<generation>+<chars typed since its cursor>"
+    already = int(typed_into) if typed_into.isdigit() else 0
+    key.generation_text = final[cursor - already : cursor] + key.suggestion
 
 
 def summarize(keys: list[Keystroke], before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Pure arithmetic for the benchmark reports: percentiles, speed-up theory, acceptance estimates.
+"""Pure arithmetic for the benchmark reports: medians, speed-up theory, acceptance estimates (percentiles
+come from `lsp_server.statistics`, the one definition the server and the demo report with too).
 
 Theory (Leviathan et al. 2023, eq. 1 and Thm. 3.8): with per-token acceptance rate `alpha`, draft length
 `k` and draft step cost `c` (one draft step / one target step), one round yields on average
@@ -16,6 +17,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from engine.sequences import common_prefix_length
+from lsp_server.statistics import percentile as percentile  # re-exported for the benchmarks
+
 
 def median(values: Sequence[float]) -> float | None:
     ordered = sorted(v for v in values if not math.isnan(v))
@@ -23,22 +27,6 @@ def median(values: Sequence[float]) -> float | None:
         return None
     mid = len(ordered) // 2
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
-def percentile(values: Sequence[float], p: float) -> float | None:
-    """The p-th percentile (0..100) by linear interpolation between closest ranks; None when empty."""
-    ordered = sorted(values)
-    if not ordered:
-        return None
-    if not 0 <= p <= 100:
-        raise ValueError(f"percentile must be within 0..100, got {p}")
-    rank = (len(ordered) - 1) * p / 100
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    fraction = rank - low
-    if fraction == 0 or ordered[high] == ordered[low]:  # also keeps inf - inf from turning into nan
-        return ordered[low]
-    return ordered[low] + (ordered[high] - ordered[low]) * fraction
 
 
 def expected_tokens_per_round(alpha: float, k: float) -> float:
@@ -77,10 +65,8 @@ def alpha_from_rounds(tokens_per_round: float, k: float) -> float:
 
 def first_difference(reference: Sequence[int], other: Sequence[int]) -> int | None:
     """Index of the first token where two outputs differ (a length difference counts); None if identical."""
-    for index, (a, b) in enumerate(zip(reference, other, strict=False)):
-        if a != b:
-            return index
-    return None if len(reference) == len(other) else min(len(reference), len(other))
+    shared = common_prefix_length(reference, other)
+    return None if shared == len(reference) == len(other) else shared
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

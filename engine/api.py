@@ -14,6 +14,9 @@ from typing import Any, Literal, Protocol
 
 from engine.costs import StepCosts
 
+# What `CompletionRequest.drafter` may name.
+DRAFTERS = ("model", "lookup", "suffix", "stale", "hybrid", "none")
+
 FinishReason = Literal["length", "eos", "stop", "cancelled", "error"]
 
 # Given the completion text generated so far, return the index at which the completion must end
@@ -22,6 +25,24 @@ StopCheck = Callable[[str], int | None]
 
 # Called with the whole completion text accepted so far, each time it grows.
 OnText = Callable[[str], None]
+
+
+def first_stop(text: str, stop_strings: tuple[str, ...], stop_check: StopCheck | None) -> int | None:
+    """Where a completion that reads `text` so far must end, or None to keep going.
+
+    The earliest stop string wins; the StopCheck then sees the text up to that cut (what lies past a stop
+    string is never shown) and may end it earlier. Every backend applies its stop rules through this.
+    """
+    cut: int | None = None
+    for stop in stop_strings:
+        found = text.find(stop) if stop else -1
+        if found != -1 and (cut is None or found < cut):
+            cut = found
+    if stop_check is not None:
+        checked = stop_check(text if cut is None else text[:cut])
+        if checked is not None and (cut is None or checked < cut):
+            cut = max(0, checked)
+    return cut
 
 
 class CancelToken:
@@ -48,7 +69,7 @@ class DraftContext:
     text_before: str  # the last few hundred characters before the next token (prompt tail + generated)
     generated: str  # completion text accepted so far
     drafter: str  # name of the drafter proposing this round ("model", "lookup", "suffix", "stale")
-    lookup_hit: bool  # True when a lookup drafter found a match this round
+    copy_found: bool  # True when a copying drafter (lookup, suffix, stale) found a match this round
     step_costs: StepCosts | None = None  # what longer drafts cost on this device; None when not measured
     match_len: int = 0  # tokens a copying drafter's match is anchored on (0 for a draft model)
 

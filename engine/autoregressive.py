@@ -17,6 +17,7 @@ from engine.generation import (
     DecodeSettings,
     OutputTracker,
     TokenPicker,
+    finish_result,
     fit_prompt,
     new_stats,
     sync_cache,
@@ -61,15 +62,11 @@ def autoregressive_generate(
             stats["target_forwards"] += 1
             output.extend([token])
             pending = token
-    text, token_ids = output.result_parts()
-    end = perf_counter()
-    stats.update(
-        prefill_s=prefilled - start,
-        decode_s=end - prefilled,
-        wall_s=end - start,
-        new_tokens=len(token_ids),
+    return finish_result(
+        output,
+        stats,
+        started=start,
+        prefilled=prefilled,
         forced_tokens=forced.spelled_tokens if forced is not None else 0,
-    )
-    return CompletionResult(
-        text=text, finish_reason=output.finish or "length", token_ids=token_ids, stats=stats
+        unfinished="length",
     )

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import Any
 
 import torch
 
-from engine.api import CompletionRequest, FinishReason, OnText, StopCheck
+from engine.api import CompletionRequest, CompletionResult, FinishReason, OnText, StopCheck, first_stop
 from engine.decoder import CausalDecoder
+from engine.sequences import common_prefix_length
 from engine.verify import warp_logits
 
 Decode = Callable[[list[int]], str]
@@ -68,14 +70,6 @@ def fit_prompt(prompt_ids: Sequence[int], window: int, max_new_tokens: int) -> t
     keep = window - max_new_tokens
     dropped = max(0, len(prompt_ids) - keep)
     return list(prompt_ids[dropped:]), dropped
-
-
-def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
-    limit = min(len(a), len(b))
-    for index in range(limit):
-        if a[index] != b[index]:
-            return index
-    return limit
 
 
 def sync_cache(decoder: CausalDecoder, prompt_ids: list[int]) -> int:
@@ -141,17 +135,24 @@ class OutputTracker:
         return self.settings.max_new_tokens - len(self.token_ids)
 
     def extend(self, new_ids: list[int]) -> None:
-        """Add the tokens accepted this round; sets `finish` when a stop rule fires."""
-        for index, token in enumerate(new_ids):
+        """Add the tokens accepted this round; sets `finish` when a stop rule fires.
+
+        The rules see the text after every token, also when a round accepted several: a rule that cuts
+        before the text that triggered it then cuts at the same place in the plain and the speculative loop.
+        Decoding a few hundred ids costs tens of microseconds.
+        """
+        for token in new_ids:
             if token in self.settings.eos_ids:
-                new_ids = new_ids[:index]
                 self.finish = "eos"
                 break
-        new_ids = new_ids[: self.remaining]
-        self.token_ids.extend(new_ids)
-        if self.finish is None and self.remaining <= 0:
-            self.finish = "length"
-        self._apply_stop_rules()  # decoding a few hundred ids costs tens of microseconds: do it every round
+            if self.remaining <= 0:
+                break
+            self.token_ids.append(token)
+            if self.remaining <= 0:
+                self.finish = "length"
+            self._apply_stop_rules()
+            if self.finish is not None:
+                break
         self._stream()
 
     def cancel(self) -> None:
@@ -170,15 +171,7 @@ class OutputTracker:
 
     def _apply_stop_rules(self) -> None:
         text = self._visible(self.token_ids)
-        cut: int | None = None
-        for stop in self.settings.stop_strings:
-            found = text.find(stop)
-            if found != -1 and (cut is None or found < cut):
-                cut = found
-        if self.settings.stop_check is not None:
-            checked = self.settings.stop_check(text if cut is None else text[:cut])
-            if checked is not None and (cut is None or checked < cut):
-                cut = max(0, checked)
+        cut = first_stop(text, self.settings.stop_strings, self.settings.stop_check)
         if cut is not None:
             text = text[:cut]
             self.token_ids = self._ids_covering(text)
@@ -210,6 +203,31 @@ class OutputTracker:
                     hold = size
                     break
         return text[: len(text) - hold]
+
+
+def finish_result(
+    output: OutputTracker,
+    stats: dict[str, Any],
+    *,
+    started: float,
+    prefilled: float,
+    forced_tokens: int,
+    unfinished: FinishReason,
+) -> CompletionResult:
+    """The result of a decode loop that started at `started` and finished prefilling at `prefilled`
+    (`perf_counter` times); `unfinished` is the finish reason when no stop rule fired."""
+    text, token_ids = output.result_parts()
+    end = perf_counter()
+    stats.update(
+        prefill_s=prefilled - started,
+        decode_s=end - prefilled,
+        wall_s=end - started,
+        new_tokens=len(token_ids),
+        forced_tokens=forced_tokens,
+    )
+    return CompletionResult(
+        text=text, finish_reason=output.finish or unfinished, token_ids=token_ids, stats=stats
+    )
 
 
 def new_stats(prompt_tokens: int, reused: int, dropped: int) -> dict[str, Any]:

@@ -5,6 +5,10 @@ model rarely saw in training; it then tends to suggest lone letters instead of f
 fragment is taken out of the prompt and becomes a *forced prefix*: the first generated tokens must spell it
 (each one either finishes it or is a prefix of what is left), and it is removed from the completion text.
 
+Spaces and tabs before the cursor are healed the same way (a byte-level BPE attaches the last space to the next
+word, " return"). A forced text that ends in them is complete: the text after it must start with something
+other than whitespace, so the suggestion neither indents the line twice nor leaves it empty.
+
 The constraint masks the target's logits, in the plain loop and in the speculative loop alike, so greedy
 speculative output stays token-identical to plain greedy decoding under the same constraint, and sampled
 output follows the target's constrained distribution.
@@ -20,6 +24,8 @@ from typing import Any
 import torch
 
 WORD_CHARACTERS = string.ascii_letters + string.digits + "_"
+INDENT_CHARACTERS = " \t"
+WHITESPACE = " \t\r\n"
 
 
 class TokenTexts:
@@ -40,7 +46,12 @@ class TokenTexts:
         self._ids_by_text: dict[str, list[int]] = {}
         for text, token_id in usable:
             self._ids_by_text.setdefault(text, []).append(token_id)
-        self._allowed_cache: dict[str, torch.Tensor] = {}
+        self._allowed_cache: dict[tuple[str, bool], torch.Tensor] = {}
+        # Tokens that start with whitespace, byte fragments included (" \ufffd" still starts with a space).
+        self.whitespace_led_ids = torch.tensor(
+            [i for i, text in enumerate(self.texts) if i not in excluded and text[:1] in tuple(WHITESPACE)],
+            dtype=torch.long,
+        )
 
     @classmethod
     def from_tokenizer(cls, tokenizer: Any) -> TokenTexts:
@@ -59,18 +70,22 @@ class TokenTexts:
     def has_text(self, text: str) -> bool:
         return text in self._ids_by_text
 
-    def allowed_ids(self, remaining: str) -> torch.Tensor:
+    def allowed_ids(self, remaining: str, word_follows: bool = False) -> torch.Tensor:
         """Ids of tokens that may come next while `remaining` is still to be spelled: tokens whose text starts
-        with all of it, or whose text is a proper prefix of it."""
-        cached = self._allowed_cache.get(remaining)
+        with all of it, or whose text is a proper prefix of it. With `word_follows`, a token that runs past
+        `remaining` must continue with something other than whitespace."""
+        key = (remaining, word_follows)
+        cached = self._allowed_cache.get(key)
         if cached is not None:
             return cached
         ids: list[int] = []
         start = bisect.bisect_left(self._sorted_texts, remaining)
         for index in range(start, len(self._sorted_texts)):
-            if not self._sorted_texts[index].startswith(remaining):
+            text = self._sorted_texts[index]
+            if not text.startswith(remaining):
                 break
-            ids.append(self._sorted_ids[index])
+            if not (word_follows and text[len(remaining) : len(remaining) + 1] in tuple(WHITESPACE)):
+                ids.append(self._sorted_ids[index])
         for length in range(1, len(remaining)):
             ids.extend(self._ids_by_text.get(remaining[:length], ()))
         if not ids:
@@ -78,13 +93,14 @@ class TokenTexts:
         allowed = torch.tensor(sorted(ids), dtype=torch.long)
         if len(self._allowed_cache) > 4096:  # typed fragments repeat; keep the cache bounded all the same
             self._allowed_cache.clear()
-        self._allowed_cache[remaining] = allowed
+        self._allowed_cache[key] = allowed
         return allowed
 
 
 def can_spell_words(token_texts: TokenTexts) -> bool:
-    """Whether every ASCII word character and the space are tokens of their own: any healed fragment can be spelled."""
-    return all(token_texts.has_text(character) for character in WORD_CHARACTERS + " ")
+    """Whether every ASCII word character, the space and the tab are tokens of their own: any healed fragment
+    can be spelled."""
+    return all(token_texts.has_text(character) for character in WORD_CHARACTERS + INDENT_CHARACTERS)
 
 
 def remaining_after(remaining: str, token_text: str) -> str | None:
@@ -102,6 +118,10 @@ class ForcedPrefix:
     `encode` is the tokenizer: the speculative loop drafts its spelling of what is left, so a target that
     agrees spells the whole fragment in one verify, and one that split it otherwise ("launch" for "la") is
     offered the tokenizer's spelling of the rest in the next.
+
+    A text that ends in a space or tab has one more constraint: the first character after it is not
+    whitespace. A token that runs past the text is checked with the text; when the text ends exactly at a
+    token boundary, the next token is checked (`awaits_word`).
     """
 
     def __init__(self, text: str, encode: Callable[[str], list[int]], token_texts: TokenTexts) -> None:
@@ -109,39 +129,54 @@ class ForcedPrefix:
         self.remaining = text
         self.encode = encode
         self.token_texts = token_texts
+        self.word_follows = text[-1:] in tuple(INDENT_CHARACTERS)
+        self.awaits_word = False  # the text is spelled exactly; the next token must not start with whitespace
         self.spelled_tokens = 0  # generated tokens that went into spelling the text (hidden from the result)
         self.overshoot = ""  # text of the last spelling token beyond the forced text ("rocess" for " subp")
 
     @property
     def active(self) -> bool:
+        """Still spelling the text."""
         return bool(self.remaining)
+
+    @property
+    def constraining(self) -> bool:
+        """The next token is still constrained (spelling the text, or the token right after it)."""
+        return bool(self.remaining) or self.awaits_word
 
     def lead_ids(self) -> list[int]:
         """The tokenizer's spelling of what is left, as a draft (empty when nothing is left)."""
         return self.encode(self.remaining) if self.remaining else []
 
     def constrain(self, logits: torch.Tensor, path: Sequence[int] = ()) -> torch.Tensor:
-        """Mask logits rows [n, vocab] for the positions still inside the forced prefix.
+        """Mask logits rows [n, vocab] for the positions the constraint still covers.
 
         Row i is the distribution after `path[:i]` (the drafted tokens, in a verify). Masking walks the path
         and stops at the first drafted token that does not fit: that token is rejected at its row whatever
         comes after, so later rows are never read.
         """
-        if not self.active:
+        if not self.constraining:
             return logits
         constrained = logits.clone()
-        remaining = self.remaining
+        remaining, awaits_word = self.remaining, self.awaits_word
         for row in range(logits.shape[0]):
-            if not remaining:
+            if remaining:
+                allowed = self.token_texts.allowed_ids(remaining, self.word_follows).to(logits.device)
+                allowed = allowed[allowed < logits.shape[-1]]
+                masked = torch.full_like(constrained[row], float("-inf"))
+                masked[allowed] = constrained[row, allowed]
+                constrained[row] = masked
+                if row >= len(path) or not bool((allowed == path[row]).any()):
+                    break
+                token_text = self._text(path[row])
+                awaits_word = self.word_follows and token_text == remaining
+                remaining = remaining_after(remaining, token_text) or ""
+            elif awaits_word:
+                banned = self.token_texts.whitespace_led_ids.to(logits.device)
+                constrained[row, banned[banned < logits.shape[-1]]] = float("-inf")
                 break
-            allowed = self.token_texts.allowed_ids(remaining).to(logits.device)
-            allowed = allowed[allowed < logits.shape[-1]]
-            masked = torch.full_like(constrained[row], float("-inf"))
-            masked[allowed] = constrained[row, allowed]
-            constrained[row] = masked
-            if row >= len(path) or not bool((allowed == path[row]).any()):
+            else:
                 break
-            remaining = remaining_after(remaining, self._text(path[row])) or ""
         return constrained
 
     def advance(self, token_ids: Sequence[int]) -> int:
@@ -149,14 +184,20 @@ class ForcedPrefix:
         return how many of them went into the spelling."""
         spelled = 0
         for token_id in token_ids:
+            text = self._text(token_id)
+            if self.awaits_word:
+                if text[:1] in tuple(WHITESPACE):
+                    raise AssertionError(f"token {token_id} was accepted but starts with whitespace")
+                self.awaits_word = False
+                break
             if not self.remaining:
                 break
-            text = self._text(token_id)
             left = remaining_after(self.remaining, text)
             if left is None:
                 raise AssertionError(f"token {token_id} was accepted but does not spell {self.remaining!r}")
             if not left:
                 self.overshoot = text[len(self.remaining) :]
+                self.awaits_word = self.word_follows and not self.overshoot
             self.remaining = left
             spelled += 1
         self.spelled_tokens += spelled

@@ -41,10 +41,6 @@ class HFDecoder:
     def cached_tokens(self) -> list[int]:
         return list(self._tokens)
 
-    @property
-    def num_cached(self) -> int:
-        return len(self._tokens)
-
     def crop(self, length: int) -> None:
         drop = len(self._tokens) - max(0, length)
         if drop > 0:

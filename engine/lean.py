@@ -1,6 +1,6 @@
 """A lean Llama decoder: the weights of a Hugging Face `LlamaForCausalLM`, run by a few plain tensor ops.
 
-Why: at the bundled sizes the HF forward is dominated by per-call Python overhead (STACK-NOTES). This path
+Why: at the bundled sizes the HF forward is dominated by per-call Python overhead. This path
 keeps one preallocated key/value tensor per layer, written by position (gpt-fast style), so a rollback is
 just forgetting positions: rejected slots are overwritten by the next forward. Attention is SDPA.
 q/k/v and gate/up projections are fused into one matmul each.
@@ -85,10 +85,6 @@ class LeanLlamaDecoder:
     @property
     def cached_tokens(self) -> list[int]:
         return list(self._tokens)
-
-    @property
-    def num_cached(self) -> int:
-        return len(self._tokens)
 
     def crop(self, length: int) -> None:
         # Positions past `length` stay in the tensors and are overwritten by the next forward.

@@ -99,7 +99,7 @@ def pick_device(device: str = "auto") -> torch.device:
 
 
 def default_dtype(device: torch.device) -> torch.dtype:
-    """bf16 on CUDA; fp32 on CPU, where whole-model bf16 decode measured slower (see STACK-NOTES)."""
+    """bf16 on CUDA; fp32 on CPU, where whole-model bf16 decode measured slower."""
     import torch
 
     return torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -223,13 +223,6 @@ def describe_model(source: ModelSource) -> dict[str, Any]:
         info["model_type"] = config.get("model_type")
         info["context_length"] = config.get("max_position_embeddings") or config.get("n_positions")
     return info
-
-
-def bundled_fim_prompt(prefix: str, suffix: str) -> str:
-    """The bundled pair's SPM fill-in-the-middle prompt (suffix first keeps the KV cache warm)."""
-    from engine.train.tokenizer import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
-
-    return f"{FIM_SUFFIX}{suffix}{FIM_PREFIX}{prefix}{FIM_MIDDLE}"
 
 
 def end_of_text_ids(

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from engine.api import (
+    DRAFTERS,
     BackendInfo,
     CancelToken,
     CompletionRequest,
@@ -44,8 +45,6 @@ from engine.speculative import PollingDecoder, speculative_generate
 if TYPE_CHECKING:
     from engine.drafters.plan import PlanningDrafter
 
-DRAFTERS = ("model", "lookup", "suffix", "stale", "hybrid", "none")
-
 
 class LocalEngine:
     """Speculative decoding with a local target/draft pair; `drafter="none"` runs the plain baseline."""
@@ -66,7 +65,7 @@ class LocalEngine:
             window = min(window, max_context)
         self.window = window
         self.target = make_decoder(self.pair.target, window)
-        self.draft_decoder = PollingDecoder(make_decoder(self.pair.draft, window))
+        self.draft_decoder = make_decoder(self.pair.draft, window)
         self.eos_ids = end_of_text_ids(self.tokenizer, self.pair.target)
         self._lookup: tuple[tuple[str, ...], PromptLookupDrafter] | None = None
         self._hybrid_acceptance: dict[str, float] = {}  # per-drafter trust, learned across calls
@@ -136,33 +135,29 @@ class LocalEngine:
                     cancel=cancel,
                     forced=forced,
                 )
-            drafter = self._build_drafter(request)
+            drafter = self._build_drafter(request, cancel)
             # A fresh adaptive policy per call: a seeded request then samples the same tokens every time.
             policy: DraftLengthPolicy = request.draft_policy or AdaptiveDraftLength()
-            self.draft_decoder.token = cancel
-            try:
-                return speculative_generate(
-                    self.target,
-                    drafter,
-                    prompt_ids,
-                    settings,
-                    policy,
-                    decode=self.decode,
-                    on_text=on_text,
-                    cancel=cancel,
-                    step_costs=self.step_costs,
-                    forced=forced,
-                )
-            finally:
-                self.draft_decoder.token = None
+            return speculative_generate(
+                self.target,
+                drafter,
+                prompt_ids,
+                settings,
+                policy,
+                decode=self.decode,
+                on_text=on_text,
+                cancel=cancel,
+                step_costs=self.step_costs,
+                forced=forced,
+            )
 
     def close(self) -> None:
         with self._lock:
             self._lookup = None
 
-    def _build_drafter(self, request: CompletionRequest) -> Drafter:
+    def _build_drafter(self, request: CompletionRequest, cancel: CancelToken | None) -> Drafter:
         kind = request.drafter
-        model = self._model_drafter(request) if kind in ("model", "hybrid") else None
+        model = self._model_drafter(request, cancel) if kind in ("model", "hybrid") else None
         lookup = self._lookup_drafter(request.lookup_context) if kind in ("lookup", "hybrid") else None
         suffix_ids = self.encode(request.suffix) if request.suffix and kind in ("suffix", "hybrid") else []
         suffix = SuffixDrafter(suffix_ids, stop_ids=self.eos_ids) if suffix_ids else None
@@ -178,12 +173,12 @@ class LocalEngine:
             learned = self._hybrid_acceptance if request.seed is None else None
             return HybridDrafter(model=model, lookup=lookup, suffix=suffix, stale=stale, acceptance=learned)
         if kind == "stale":  # an earlier completion first, the draft model when it runs out
-            return HybridDrafter(model=self._model_drafter(request), stale=stale)
+            return HybridDrafter(model=self._model_drafter(request, cancel), stale=stale)
         chosen = single[kind]
         # "suffix" with an empty suffix has nothing to copy: the hybrid with no drafters drafts nothing.
         return chosen if chosen is not None else HybridDrafter()
 
-    def _model_drafter(self, request: CompletionRequest) -> ModelDrafter:
+    def _model_drafter(self, request: CompletionRequest, cancel: CancelToken | None) -> ModelDrafter:
         generator = None
         if request.temperature > 0:
             generator = torch.Generator(device=self.pair.device)
@@ -192,7 +187,7 @@ class LocalEngine:
             else:
                 generator.seed()
         return ModelDrafter(
-            self.draft_decoder,
+            PollingDecoder(self.draft_decoder, cancel),  # a cancel is seen between draft steps
             temperature=request.temperature,
             top_k=request.top_k,
             top_p=request.top_p,

@@ -24,6 +24,7 @@ from engine.generation import (
     DecodeSettings,
     OutputTracker,
     TokenPicker,
+    finish_result,
     fit_prompt,
     new_stats,
     sync_cache,
@@ -39,24 +40,23 @@ class DraftCancelled(Exception):
 
 
 class PollingDecoder:
-    """Wraps a drafter's decoder so a cancel is seen between every draft step, not only between rounds.
-
-    Set `token` for the duration of a call; `forward` raises `DraftCancelled` once it is cancelled. The
-    wrapped cache is never left half-written: the check runs before the forward.
+    """Wraps a drafter's decoder for one call so a cancel is seen between every draft step, not only between
+    rounds: `forward` raises `DraftCancelled` once `cancel` fires. The wrapped cache is never left
+    half-written: the check runs before the forward.
     """
 
-    def __init__(self, inner: CausalDecoder) -> None:
+    def __init__(self, inner: CausalDecoder, cancel: CancelToken | None) -> None:
         self.inner = inner
+        self.cancel = cancel
         self.vocab_size = inner.vocab_size
         self.max_length = inner.max_length
-        self.token: CancelToken | None = None
 
     @property
     def cached_tokens(self) -> list[int]:
         return self.inner.cached_tokens
 
     def forward(self, token_ids: list[int]) -> torch.Tensor:
-        if self.token is not None and self.token.cancelled:
+        if self.cancel is not None and self.cancel.cancelled:
             raise DraftCancelled
         return self.inner.forward(token_ids)
 
@@ -120,8 +120,8 @@ def speculative_generate(
                 break
             # 4. Verify every draft in ONE target forward: k + 1 rows of logits.
             logits = target.forward([context[-1], *draft_ids])
-            if healing is not None:
-                logits = healing.constrain(logits, draft_ids)
+            if forced is not None:  # also the round after the spelling, when the token after it is checked
+                logits = forced.constrain(logits, draft_ids)
             stats["target_forwards"] += 1
             # 5. Accept: greedy prefix match, or Leviathan Alg. 1 with the drafter's q (one-hot when None).
             if settings.greedy:
@@ -144,6 +144,8 @@ def speculative_generate(
                 if not healing.active and skip_typed is not None:
                     skip_typed(healing.overshoot, len(context) - len(new_tokens) + spelled)
             else:
+                if forced is not None:
+                    forced.advance(new_tokens)
                 drafter.observe(context, accepted, len(draft_ids))
                 if policy_observe is not None:  # adaptive policies learn from each round
                     policy_observe(used, len(draft_ids), accepted)
@@ -151,17 +153,13 @@ def speculative_generate(
             output.extend(new_tokens)
         if output.finish is None:
             output.cancel()
-    text, token_ids = output.result_parts()
-    end = perf_counter()
-    stats.update(
-        prefill_s=prefilled - start,
-        decode_s=end - prefilled,
-        wall_s=end - start,
-        new_tokens=len(token_ids),
+    return finish_result(
+        output,
+        stats,
+        started=start,
+        prefilled=prefilled,
         forced_tokens=forced.spelled_tokens if forced is not None else 0,
-    )
-    return CompletionResult(
-        text=text, finish_reason=output.finish or "cancelled", token_ids=token_ids, stats=stats
+        unfinished="cancelled",
     )
 
 
@@ -174,15 +172,15 @@ def _draft_length(
     step_costs: StepCosts | None,
 ) -> int:
     plan = getattr(drafter, "plan", None)  # planning drafters say which of them will propose, and if free
-    name, lookup_hit, match_len = drafter.name, False, 0
+    name, copy_found, match_len = drafter.name, False, 0
     if plan is not None:
         decided = plan(context)
-        name, lookup_hit, match_len = decided.drafter, decided.lookup_hit, decided.match_len
+        name, copy_found, match_len = decided.drafter, decided.copy_found, decided.match_len
     ctx = DraftContext(
         text_before=decode(context[-CONTEXT_CHARS // 3 :])[-CONTEXT_CHARS:],
         generated=output.text,
         drafter=name,
-        lookup_hit=lookup_hit,
+        copy_found=copy_found,
         step_costs=step_costs,
         match_len=match_len,
     )

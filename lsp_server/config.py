@@ -13,10 +13,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.api import DRAFTERS
 from lsp_server.context import ContextSettings
 
 BACKENDS = ("local", "openai", "fake")
-DRAFTERS = ("model", "lookup", "suffix", "stale", "hybrid", "none")
 
 
 @dataclass(frozen=True)

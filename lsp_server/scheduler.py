@@ -1,10 +1,10 @@
 """Who runs which completion, when: newest-wins per document, the cancel bridge, typed-ahead reuse.
 
 Threads. The event loop owns every `Generation` field that changes after creation (streamed text, waiters,
-done) and the document store. One engine worker thread owns the backend: it loads it, builds each prompt
-(under `store_lock`, so it reads a consistent document) and runs `backend.complete`, which is CPU-bound and
-never touches the loop. The worker reports back only through `loop.call_soon_threadsafe`, and the loop talks
-to a running generation only through its `CancelToken`, which the engine polls every speculative round.
+done) and the document store. One engine worker thread (`engine_worker.py`) owns the backend: it loads it,
+builds each prompt and runs `backend.complete`. It reports back only through `loop.call_soon_threadsafe`,
+and the loop talks to a running generation only through its `CancelToken`, which the engine polls every
+speculative round.
 
 Policy.
 - One pending job per document; a newer request replaces it, and the replaced one is answered empty.
@@ -22,202 +22,31 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Literal
 
-from engine.api import BackendInfo, CancelToken, CompletionBackend, CompletionRequest, CompletionResult
+from engine.api import BackendInfo, CompletionBackend, CompletionResult
 from lsp_server.config import ServerSettings
-from lsp_server.context import (
-    CompletionContext,
-    ContextSettings,
-    SyntaxAcceptance,
-    build_completion_context,
-    finalize_completion,
-    shared_learning,
-)
+from lsp_server.context import build_completion_context, finalize_completion
 from lsp_server.documents import DocumentStore, PositionError, UnknownDocumentError
-
-logger = logging.getLogger(__name__)
+from lsp_server.engine_worker import ContextBuilder, EngineWorker, Finalizer
+from lsp_server.jobs import Generation, Waiter, is_current
+from lsp_server.statistics import Statistics
+from lsp_server.typed_ahead import complete_first_line, remainder_after, still_agrees, typed_since
 
 BackendState = Literal["idle", "loading", "ready", "error"]
-ContextBuilder = Callable[
-    [DocumentStore, str, int, BackendInfo, ContextSettings, Callable[[str], int]], CompletionContext
-]
-Finalizer = Callable[[str, CompletionContext], str]
-
-
-# --- pure helpers: the typed-ahead arithmetic ---
-
-
-def typed_since(old_text: str, anchor: int, new_text: str) -> str | None:
-    """The characters inserted at `anchor` that turn `old_text` into `new_text`; None for any other edit."""
-    grown = len(new_text) - len(old_text)
-    if grown < 0 or anchor > len(old_text):
-        return None
-    if new_text[:anchor] != old_text[:anchor] or new_text[anchor + grown :] != old_text[anchor:]:
-        return None
-    return new_text[anchor : anchor + grown]
-
-
-def remainder_after(suggestion: str, typed: str) -> str | None:
-    """What is left of `suggestion` once the user typed `typed`, or None when the typing diverged from it."""
-    return suggestion[len(typed) :] if suggestion.startswith(typed) else None
-
-
-def still_agrees(generated: str, typed: str) -> bool:
-    """True while a generation that has produced `generated` so far may still match `typed`."""
-    return generated.startswith(typed) or typed.startswith(generated)
-
-
-def complete_first_line(text: str) -> str | None:
-    """`text` up to the first line break that follows some non-blank content; None if no such line yet."""
-    seen_content = False
-    for index, char in enumerate(text):
-        if char == "\n":
-            if seen_content:
-                return text[:index]
-        elif not char.isspace():
-            seen_content = True
-    return None
-
-
-# --- state ---
 
 
 @dataclass
 class Suggestion:
     text: str  # to insert at the cursor
     suggestion_id: str
-
-
-@dataclass
-class _Waiter:
-    typed: str  # what the user had typed after the generation's anchor when this request arrived
-    first_line_only: bool
-    future: asyncio.Future[str | None]  # the text to answer with, or None: diverged, start a new generation
-
-
-@dataclass
-class Generation:
-    """One model call for one cursor position, and what it produced so far."""
-
-    id: int
-    uri: str
-    version: int
-    doc_text: str  # the document when it was requested (a reference, not a copy)
-    anchor: int  # the cursor, as an index into doc_text
-    previous_completion: str
-    requested_at: float
-    token: CancelToken = field(default_factory=CancelToken)
-    text: str = ""  # completion text so far (streamed; finalized when done)
-    typed: str = ""  # the latest typing after the anchor that this generation still agrees with
-    done: bool = False
-    failed: bool = False
-    waiters: list[_Waiter] = field(default_factory=list)
-
-
-@dataclass
-class Statistics:
-    """Local counters for `specls/stats` and `specls/status`. Never sent anywhere else."""
-
-    requests: int = 0
-    answered_empty: int = 0
-    typed_ahead_hits: int = 0
-    generations: int = 0
-    cancelled_generations: int = 0
-    failed_generations: int = 0
-    shown: int = 0
-    accepted: int = 0
-    partially_accepted: int = 0
-    rejected: int = 0
-    latencies_ms: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=500))
-    engine_totals: collections.Counter[str] = field(default_factory=collections.Counter)
-    # From a cancel to the engine returning (the worker is free again), per cancelled generation.
-    cancel_to_idle_ms: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=500))
-    last_engine_stats: dict[str, Any] = field(default_factory=dict)
-    last_finish_reason: str | None = None
-
-    def record_engine(self, result: CompletionResult) -> None:
-        self.last_finish_reason = result.finish_reason
-        self.last_engine_stats = dict(result.stats)
-        for key in (
-            "target_forwards",
-            "drafted",
-            "accepted",
-            "prompt_tokens",
-            "reused_prompt_tokens",
-            "new_tokens",
-            "forced_tokens",
-        ):
-            value = result.stats.get(key)
-            if isinstance(value, int | float):
-                self.engine_totals[key] += int(value)
-
-    def acceptance_rate(self) -> float | None:
-        decided = self.accepted + self.rejected
-        return self.accepted / decided if decided else None
-
-    def as_dict(self) -> dict[str, Any]:
-        ordered = sorted(self.latencies_ms)
-
-        def percentile(p: float) -> float | None:
-            return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))], 2) if ordered else None
-
-        return {
-            "requests": self.requests,
-            "answered_empty": self.answered_empty,
-            "typed_ahead_hits": self.typed_ahead_hits,
-            "generations": self.generations,
-            "cancelled_generations": self.cancelled_generations,
-            "failed_generations": self.failed_generations,
-            "shown": self.shown,
-            "accepted": self.accepted,
-            "partially_accepted": self.partially_accepted,
-            "rejected": self.rejected,
-            "acceptance_rate": self.acceptance_rate(),
-            "latency_ms": {
-                "p50": percentile(0.5),
-                "p90": percentile(0.9),
-                "p99": percentile(0.99),
-                "count": len(ordered),
-            },
-            "engine_totals": dict(self.engine_totals),
-            "cancel_to_idle_ms": list(self.cancel_to_idle_ms),
-            "last_engine_stats": self.last_engine_stats,
-            "last_finish_reason": self.last_finish_reason,
-        }
-
-
-class _FairQueue:
-    """At most one pending generation per document, served in order of arrival per document."""
-
-    def __init__(self) -> None:
-        self._pending: collections.OrderedDict[str, Generation] = collections.OrderedDict()
-
-    def put(self, generation: Generation) -> Generation | None:
-        """Queue `generation`; return the older pending one for the same document that it replaces."""
-        replaced = self._pending.get(generation.uri)
-        self._pending[generation.uri] = generation  # keeps the document's place in line
-        return replaced
-
-    def remove(self, uri: str) -> Generation | None:
-        return self._pending.pop(uri, None)
-
-    def holds(self, generation: Generation) -> bool:
-        return self._pending.get(generation.uri) is generation
-
-    def pop(self) -> Generation | None:
-        return self._pending.popitem(last=False)[1] if self._pending else None
-
-    def __len__(self) -> int:
-        return len(self._pending)
 
 
 # --- the scheduler ---
@@ -242,48 +71,40 @@ class Scheduler:
         self.stats = Statistics()
         self.state: BackendState = "idle"
         self.info: BackendInfo | None = None
-        self._backend_factory = backend_factory
-        self._build_context = build_context
-        self._finalize = finalize
         self._on_state = on_state
         self._on_log = on_log
         self._on_completion = on_completion
         self._cache_documents = cache_documents
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._ids = itertools.count(1)
         self._latest: collections.OrderedDict[str, Generation] = collections.OrderedDict()
         self._debounce_seq: collections.Counter[str] = collections.Counter()
-
-        # Shared with the worker thread, guarded by _cond.
-        self._cond = threading.Condition()
-        self._queue = _FairQueue()
-        self._load_settings: ServerSettings | None = None
-        self._load_epoch = 0
-        self._stopping = False
-        self._backend: CompletionBackend | None = None
-        self._worker: threading.Thread | None = None
-        # What the syntax draft-length policy learned about the loaded model; only the worker touches it.
-        self._draft_acceptance = SyntaxAcceptance()
         # Held by the loop while it edits documents and by the worker while it builds a prompt.
         self.store_lock = threading.Lock()
+        self._worker = EngineWorker(
+            store,
+            self.store_lock,
+            backend_factory,
+            lambda: self.settings,
+            build_context=build_context,
+            finalize=finalize,
+            on_loaded=self._on_loaded,
+            on_started=self._count_generation,
+            on_text=self._on_text,
+            on_done=self._on_done,
+            on_cancel_to_idle=self.stats.cancel_to_idle_ms.append,
+        )
 
     # --- lifecycle (event loop) ---
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        if self._worker is None:
-            self._worker = threading.Thread(target=self._worker_main, name="specls-engine", daemon=True)
-            self._worker.start()
+        self._worker.start(loop)
 
     def load(self, settings: ServerSettings) -> None:
         """(Re)load the backend on the worker; requests are answered empty until it is ready."""
         self.settings = settings
         self._set_state("loading", f"loading {settings.backend} backend")
         self._cancel_everything()
-        with self._cond:
-            self._load_settings = settings
-            self._load_epoch += 1
-            self._cond.notify()
+        self._worker.load(settings)
 
     def update_settings(self, settings: ServerSettings) -> None:
         """Apply settings that need no reload (decoding and context knobs); they hold from the next job,
@@ -295,11 +116,7 @@ class Scheduler:
 
     def stop(self) -> None:
         self._cancel_everything()
-        with self._cond:
-            self._stopping = True
-            self._cond.notify()
-        if self._worker is not None:
-            self._worker.join(timeout=5)
+        self._worker.stop()
 
     @contextmanager
     def editing(self) -> Iterator[DocumentStore]:
@@ -314,22 +131,20 @@ class Scheduler:
         generation = self._latest.get(uri)
         if generation is None or generation.done:
             return
-        with self._cond:
-            queued = self._queue.remove(uri)
+        queued = self._worker.withdraw(uri)
         if queued is not None:  # not started yet: its prompt is already stale, the client will ask again
             self._finish(queued, cancelled=True)
             return
         typed = self._typed_after(generation)
         if typed is not None and still_agrees(generation.text, typed):
-            generation.typed = typed
+            generation.agreed_typing = typed
             return
         self._cancel(generation)
 
     def document_closed(self, uri: str) -> None:
         generation = self._latest.pop(uri, None)
         if generation is not None and not generation.done:
-            with self._cond:
-                self._queue.remove(uri)
+            self._worker.withdraw(uri)
             self._cancel(generation)
 
     # --- requests (event loop) ---
@@ -387,10 +202,7 @@ class Scheduler:
         return document.version, document.text, offset
 
     def _is_current(self, uri: str, version: int) -> bool:
-        try:
-            return self.store.get(uri).version == version
-        except UnknownDocumentError:
-            return False
+        return is_current(self.store, uri, version)
 
     async def _reuse(self, generation: Generation, typed: str) -> Suggestion | None:
         """Serve from a generation the user's typing still agrees with.
@@ -405,7 +217,7 @@ class Scheduler:
             return Suggestion(remainder, suggestion_id)
         if not still_agrees(generation.text, typed):
             return None
-        generation.typed = typed
+        generation.agreed_typing = typed
         answer = await self._wait(generation, typed)
         if answer is None:
             return None
@@ -432,15 +244,13 @@ class Scheduler:
         while len(self._latest) > self._cache_documents:
             self._latest.popitem(last=False)
         self._stop_orphans(except_uri=uri)
-        with self._cond:
-            replaced = self._queue.put(generation)
-            self._cond.notify()
+        replaced = self._worker.submit(generation)
         if replaced is not None:
             self._finish(replaced, cancelled=True)
         return generation
 
     async def _wait(self, generation: Generation, typed: str) -> str | None:
-        waiter = _Waiter(typed, self.settings.first_line_first, asyncio.get_running_loop().create_future())
+        waiter = Waiter(typed, self.settings.first_line_first, asyncio.get_running_loop().create_future())
         generation.waiters.append(waiter)
         self._evaluate(generation, waiter)
         try:
@@ -449,13 +259,12 @@ class Scheduler:
             self._detach(generation, waiter)
             raise
 
-    def _detach(self, generation: Generation, waiter: _Waiter) -> None:
+    def _detach(self, generation: Generation, waiter: Waiter) -> None:
         if waiter in generation.waiters:
             generation.waiters.remove(waiter)
         if generation.waiters or generation.done:
             return
-        with self._cond:
-            queued = self._queue.remove(generation.uri) if self._queue.holds(generation) else None
+        queued = self._worker.withdraw_if_queued(generation)
         if queued is not None:
             self._finish(queued, cancelled=True)
         # A running generation with nobody waiting may still serve typed-ahead, so it keeps going until other
@@ -464,18 +273,18 @@ class Scheduler:
     def _stop_orphans(self, except_uri: str) -> None:
         for generation in self._latest.values():
             if generation.uri != except_uri and not generation.done and not generation.waiters:
-                generation.token.cancel()
+                generation.cancel.cancel()
 
     # --- waiters (event loop) ---
 
-    def _evaluate(self, generation: Generation, waiter: _Waiter) -> None:
+    def _evaluate(self, generation: Generation, waiter: Waiter) -> None:
         """Resolve `waiter` if the generation already has what it needs."""
         if waiter.future.done():
             return
-        remainder = remainder_after(generation.text, waiter.typed)
+        remainder = remainder_after(generation.text, waiter.typed_when_asked)
         if generation.done:
             waiter.future.set_result("" if generation.failed else remainder)
-        elif not still_agrees(generation.text, waiter.typed):
+        elif not still_agrees(generation.text, waiter.typed_when_asked):
             waiter.future.set_result(None)
         elif waiter.first_line_only and remainder is not None:
             first_line = complete_first_line(remainder)
@@ -488,11 +297,11 @@ class Scheduler:
         if generation.done:
             return
         generation.text = text
-        if not still_agrees(text, generation.typed):
+        if not still_agrees(text, generation.agreed_typing):
             # The user typed something else meanwhile (we could not tell while nothing was generated yet).
             # The request made after that typing starts again; the older ones are stale and get empty answers.
             for waiter in list(generation.waiters):
-                if waiter.typed == generation.typed:
+                if waiter.typed_when_asked == generation.agreed_typing:
                     waiter.future.set_result(None)
                     generation.waiters.remove(waiter)
             self._cancel(generation)
@@ -526,14 +335,13 @@ class Scheduler:
             self._evaluate(generation, waiter)
 
     def _cancel(self, generation: Generation) -> None:
-        """Stop a generation (the engine sees the token within one round) and answer its waiters now."""
-        generation.token.cancel()
+        """Stop a generation (the engine sees the cancel within one round) and answer its waiters now."""
+        generation.cancel.cancel()
         self._finish(generation, cancelled=True)
 
     def _cancel_everything(self) -> None:
-        with self._cond:
-            while (queued := self._queue.pop()) is not None:
-                self._finish(queued, cancelled=True)
+        for queued in self._worker.drain():
+            self._finish(queued, cancelled=True)
         for generation in self._latest.values():
             self._cancel(generation)
         self._latest.clear()
@@ -555,110 +363,17 @@ class Scheduler:
         self.state = state
         self._on_state(state, message)
 
-    # --- worker thread ---
+    # --- reports from the worker (event loop) ---
 
-    def _post(self, callback: Callable[..., None], *args: Any) -> None:
-        assert self._loop is not None
-        with contextlib.suppress(RuntimeError):  # a closed loop: the server is shutting down
-            self._loop.call_soon_threadsafe(callback, *args)
-
-    def _worker_main(self) -> None:
-        while True:
-            with self._cond:
-                while not self._stopping and self._load_settings is None and not len(self._queue):
-                    self._cond.wait()
-                if self._stopping:
-                    break
-                to_load, epoch = self._load_settings, self._load_epoch
-                self._load_settings = None
-                generation = self._queue.pop() if to_load is None else None
-            if to_load is not None:
-                self._load_backend(to_load, epoch)
-            elif generation is not None:
-                self._run(generation)
-        if self._backend is not None:
-            self._backend.close()
-
-    def _load_backend(self, settings: ServerSettings, epoch: int) -> None:
-        if self._backend is not None:
-            self._backend.close()
-            self._backend = None
-        try:
-            backend = self._backend_factory(settings)
-            info = backend.info()
-        except Exception as exc:  # report it; the server answers empty until settings change
-            logger.exception("backend failed to load")
-            self._post(self._on_loaded, None, None, f"{type(exc).__name__}: {exc}", epoch)
+    def _on_loaded(self, info: BackendInfo | None, error: str | None, epoch: int) -> None:
+        if epoch != self._worker.load_epoch:  # a newer load superseded this one
             return
-        self._backend = backend
-        self._draft_acceptance = SyntaxAcceptance()  # a new model drafts differently
-        self._post(self._on_loaded, backend, info, None, epoch)
-
-    def _on_loaded(
-        self, backend: CompletionBackend | None, info: BackendInfo | None, error: str | None, epoch: int
-    ) -> None:
-        if epoch != self._load_epoch:  # a newer load superseded this one
-            return
-        if error is not None:
+        if info is None:
             self.info = None
             self._set_state("error", f"model failed to load: {error}")
             return
         self.info = info
-        assert info is not None
         self._set_state("ready", f"{info.name} backend ready: {info.target}")
-
-    def _run(self, generation: Generation) -> None:
-        backend, info, settings = self._backend, self.info, self.settings
-        if backend is None or info is None or generation.token.cancelled:
-            self._post(self._on_done, generation, "", CompletionResult("", "cancelled"), None)
-            return
-        try:
-            with self.store_lock:
-                ctx = None
-                if self._is_current(generation.uri, generation.version):
-                    ctx = self._build_context(
-                        self.store,
-                        generation.uri,
-                        generation.anchor,
-                        info,
-                        settings.context,
-                        backend.count_tokens,
-                    )
-            if ctx is None:  # edited or closed since the request: the client asks again
-                self._post(self._on_done, generation, "", CompletionResult("", "cancelled"), None)
-                return
-            if ctx.mode == "none":
-                self._post(self._on_done, generation, "", CompletionResult("", "stop"), None)
-                return
-            request = CompletionRequest(
-                prompt=ctx.prompt,
-                max_new_tokens=settings.max_new_tokens,
-                temperature=settings.temperature,
-                stop_strings=ctx.stop_strings,
-                lookup_context=ctx.lookup_snippets,
-                suffix=ctx.suffix,
-                previous_completion=generation.previous_completion,
-                drafter=settings.drafter,
-                stop_check=ctx.stop_check,
-                draft_policy=shared_learning(ctx.draft_policy, self._draft_acceptance),
-                forced_prefix=ctx.forced_prefix,
-            )
-            self._post(self._count_generation)
-            result = backend.complete(
-                request,
-                on_text=lambda text: self._post(self._on_text, generation, text),
-                cancel=generation.token,
-            )
-            cancelled_at = generation.token.cancelled_at
-            if result.finish_reason == "cancelled" and cancelled_at is not None:
-                idle_ms = (time.monotonic() - cancelled_at) * 1000
-                self._post(self.stats.cancel_to_idle_ms.append, idle_ms)
-            text = result.text if result.finish_reason == "cancelled" else self._finalize(result.text, ctx)
-        except Exception as exc:  # a fault in one request must not take the worker down
-            logger.exception("completion failed")
-            self._post(self._on_done, generation, "", None, f"{type(exc).__name__}: {exc}")
-            return
-        self._post(self._on_done, generation, text, result, None)
 
     def _count_generation(self) -> None:
         self.stats.generations += 1

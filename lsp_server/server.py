@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from lsprotocol import types
 from pygls.capabilities import ServerCapabilitiesBuilder
@@ -22,6 +23,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
+from lsp_server import __version__
 from lsp_server.backends import create_backend
 from lsp_server.config import ServerSettings, SettingsReport, apply_settings, settings_section
 from lsp_server.documents import DocumentStore, PositionError, TextChange, UnknownDocumentError
@@ -102,7 +104,7 @@ def supports_inline_completion(capabilities: types.ClientCapabilities) -> bool:
 
 class SpeclsServer(LanguageServer):
     def __init__(self, cli_settings: Mapping[str, Any] | None = None) -> None:
-        super().__init__("specls", "0.1.0", protocol_cls=SpeclsProtocol)
+        super().__init__("specls", __version__, protocol_cls=SpeclsProtocol)
         self.cli_settings = dict(cli_settings or {})  # applied last: the command line wins
         self.client_settings: dict[str, Any] = {}
         self.settings, report = self.resolve_settings()
@@ -193,43 +195,38 @@ class SpeclsServer(LanguageServer):
 
 # --- guards ---
 
-Result = TypeVar("Result")
+Handler = TypeVar("Handler", bound=Callable[..., Any])
 
 
-def guarded(default: Any) -> Callable[[Callable[..., Result]], Callable[..., Result]]:
-    """Turn an exception in a synchronous handler into a logged error and `default`."""
+def guarded(default: Any) -> Callable[[Handler], Handler]:
+    """Turn an exception in a handler (plain or coroutine) into a logged error and `default`.
+    Cancellation ($/cancelRequest) still propagates to pygls: CancelledError is not an Exception."""
 
-    def decorate(handler: Callable[..., Result]) -> Callable[..., Result]:
+    def fail(ls: SpeclsServer, handler: Callable[..., Any], exc: Exception) -> Any:
+        logger.exception("%s failed", handler.__name__)
+        ls.log(logging.ERROR, f"{handler.__name__} failed: {type(exc).__name__}: {exc}")
+        return default
+
+    def decorate(handler: Handler) -> Handler:
+        if inspect.iscoroutinefunction(handler):
+
+            @functools.wraps(handler)
+            async def run_async(ls: SpeclsServer, params: Any) -> Any:
+                try:
+                    return await handler(ls, params)
+                except Exception as exc:
+                    return fail(ls, handler, exc)
+
+            return cast(Handler, run_async)
+
         @functools.wraps(handler)
         def run(ls: SpeclsServer, params: Any) -> Any:
             try:
                 return handler(ls, params)
             except Exception as exc:
-                logger.exception("%s failed", handler.__name__)
-                ls.log(logging.ERROR, f"{handler.__name__} failed: {type(exc).__name__}: {exc}")
-                return default
+                return fail(ls, handler, exc)
 
-        return run
-
-    return decorate
-
-
-def guarded_async(
-    default: Any,
-) -> Callable[[Callable[..., Awaitable[Result]]], Callable[..., Awaitable[Result]]]:
-    """As `guarded`, for coroutine handlers; cancellation ($/cancelRequest) still propagates to pygls."""
-
-    def decorate(handler: Callable[..., Awaitable[Result]]) -> Callable[..., Awaitable[Result]]:
-        @functools.wraps(handler)
-        async def run(ls: SpeclsServer, params: Any) -> Any:
-            try:
-                return await handler(ls, params)
-            except Exception as exc:
-                logger.exception("%s failed", handler.__name__)
-                ls.log(logging.ERROR, f"{handler.__name__} failed: {type(exc).__name__}: {exc}")
-                return default
-
-        return run
+        return cast(Handler, run)
 
     return decorate
 
@@ -259,7 +256,7 @@ def initialize(ls: SpeclsServer, params: types.InitializeParams) -> None:
     ls.scheduler.update_settings(ls.settings)
 
 
-@guarded_async(None)
+@guarded(None)
 async def initialized(ls: SpeclsServer, params: types.InitializedParams) -> None:
     ls.report_settings(ls.pending_report)
     ls.pending_report = SettingsReport()
@@ -355,7 +352,7 @@ def _accept_command(suggestion_id: str) -> types.Command:
     return types.Command(title="specls accepted", command=ACCEPT_COMMAND, arguments=[suggestion_id])
 
 
-@guarded_async(None)
+@guarded(None)
 async def inline_completion(
     ls: SpeclsServer, params: types.InlineCompletionParams
 ) -> types.InlineCompletionList | None:
@@ -371,7 +368,7 @@ async def inline_completion(
     return types.InlineCompletionList(items=[item])
 
 
-@guarded_async(None)
+@guarded(None)
 async def completion(ls: SpeclsServer, params: types.CompletionParams) -> types.CompletionList | None:
     uri, position = params.text_document.uri, params.position
     suggestion = await ls.scheduler.complete(uri, position.line, position.character)

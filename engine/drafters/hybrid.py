@@ -59,7 +59,7 @@ class HybridDrafter:
     def _choose(self, context_ids: list[int]) -> tuple[PlanningDrafter | None, DraftPlan]:
         for drafter in self.copiers:
             plan = drafter.plan(context_ids)
-            if not plan.lookup_hit:
+            if not plan.copy_found:
                 continue
             if self._trusted(drafter, plan):
                 return drafter, plan
@@ -68,7 +68,7 @@ class HybridDrafter:
             if self.acceptance[self.model.name] >= self.model_min_acceptance:
                 return self.model, self.model.plan(context_ids)
             self._forgive(self.model.name)
-        return None, DraftPlan("none", lookup_hit=False, available=0)
+        return None, DraftPlan("none", copy_found=False, available=0)
 
     def _forgive(self, name: str) -> None:
         rate = self.acceptance[name]

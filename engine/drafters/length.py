@@ -39,7 +39,7 @@ class AdaptiveDraftLength:
     def max_draft_tokens(self, ctx: DraftContext) -> int:
         if ctx.drafter == "stale":
             return self.stale_max
-        if ctx.lookup_hit or ctx.drafter in ("lookup", "suffix"):
+        if ctx.copy_found or ctx.drafter in ("lookup", "suffix"):
             return self.copy_tokens
         return self.model_tokens
 

@@ -6,7 +6,8 @@ import torch
 
 from engine.decoder import CausalDecoder
 from engine.drafters.base import Draft
-from engine.drafters.plan import DraftPlan, common_prefix_length
+from engine.drafters.plan import DraftPlan
+from engine.sequences import common_prefix_length
 from engine.verify import warp_logits
 
 
@@ -51,7 +52,7 @@ class ModelDrafter:
         self._cached_len = 0  # tokens in the decoder's cache after the pending draft
 
     def plan(self, context_ids: list[int]) -> DraftPlan:
-        return DraftPlan(self.name, lookup_hit=False, available=None)
+        return DraftPlan(self.name, copy_found=False, available=None)
 
     def _window_start(self, context_len: int, k: int) -> int:
         """Left-truncate when the context plus the draft does not fit the decoder's window.

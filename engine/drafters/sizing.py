@@ -22,11 +22,6 @@ def expected_accepted_by_length(continue_probs: Sequence[float]) -> list[float]:
     return expected
 
 
-def expected_accepted(continue_probs: Sequence[float], k: int) -> float:
-    """E[accepted drafts] when drafting k tokens (no rates beyond the curve: no more tokens)."""
-    return expected_accepted_by_length(continue_probs[:k])[-1]
-
-
 def best_draft_length(
     continue_probs: Sequence[float], round_cost: Callable[[int], float], max_length: int
 ) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -184,7 +183,3 @@ def sample_completions(
         )
         samples.append((prompt_text[-200:], tokenizer.decode(output[0, len(ids) :].tolist())))
     return samples
-
-
-def perplexity(nats: float) -> float:
-    return math.exp(nats)

@@ -23,6 +23,7 @@ from engine.api import (
     CompletionResult,
     FinishReason,
     OnText,
+    first_stop,
     refuse_forced_prefix,
 )
 from lsp_server.config import FakeSettings
@@ -102,7 +103,7 @@ class FakeBackend:
                 time.sleep(self.token_delay_s)
             forwards += 1
             text += token
-            cut = _stop_index(text, request)
+            cut = first_stop(text, request.stop_strings, request.stop_check)
             if cut is not None:
                 text = text[:cut]
                 finish = "stop"
@@ -127,10 +128,3 @@ class FakeBackend:
 
     def close(self) -> None:
         self._closed.set()
-
-
-def _stop_index(text: str, request: CompletionRequest) -> int | None:
-    cuts = [found for s in request.stop_strings if s and (found := text.find(s)) >= 0]
-    if request.stop_check is not None and (checked := request.stop_check(text)) is not None:
-        cuts.append(checked)
-    return min(cuts) if cuts else None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -53,7 +52,7 @@ class CompletionContext:
     forced_prefix: str = ""  # the word fragment at the cursor, left out of the prompt (token healing)
 
 
-WORD_AT_END = re.compile(r"[A-Za-z0-9_]+\Z")
+WORD_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 MAX_HEALED_WORD = 40  # longer runs (minified code, hashes) are not worth re-generating
 
 
@@ -61,15 +60,18 @@ def healed_fragment(prefix: str) -> str:
     """The end of `prefix` to generate again under a constraint instead of prompting with it ("" for none).
 
     A prompt that ends mid-word ends on a token split the model rarely saw, and it suggests lone letters
-    instead of finishing the word; re-generating the fragment lets it pick the word's usual tokens. The one
-    space before the word goes with it, as a byte-level BPE pre-tokenizer attaches it (" sub" in "p = sub").
+    instead of finishing the word; re-generating the fragment lets it pick the word's usual tokens. The same
+    holds for spaces and tabs at the end: a byte-level BPE attaches the last space to the next word
+    (" return"), so a prompt that ends in indentation asks for a word without its space, and the model
+    answers with stray spaces or an empty line. So the word fragment before the cursor and the spaces or
+    tabs before it leave the prompt together; some text always stays in it.
     """
-    match = WORD_AT_END.search(prefix)
-    if match is None or len(match.group()) > MAX_HEALED_WORD:
+    word_start = len(prefix)
+    while word_start > 0 and prefix[word_start - 1] in WORD_CHARACTERS:
+        word_start -= 1
+    if len(prefix) - word_start > MAX_HEALED_WORD:
         return ""
-    start = match.start()
-    if start > 0 and prefix[start - 1] == " ":
-        start -= 1
+    start = len(prefix[:word_start].rstrip(" \t"))
     return prefix[start:] if prefix[:start].strip() else ""
 
 

@@ -5,7 +5,7 @@ Layout: other-file snippets first (they change rarely), then the FIM part. The b
 (suffix, then prefix), so typing at the cursor only changes the end of the prompt. The prefix and suffix are
 trimmed at line-block boundaries counted from the file's start (prefix) and end (suffix), so the cut points
 do not move while the user types between them: consecutive keystrokes share a long token prefix, which
-`shared_prefix_length` and `prefix_reuse_rate` measure.
+`prefix_reuse_rate` measures.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from engine.sequences import common_prefix_length
 
 CountTokens = Callable[[str], int]
 
@@ -237,21 +239,11 @@ def fit_prefix_suffix(
 
 
 # -- KV-cache reuse measurement -----------------------------------------------------------------
-def shared_prefix_length(previous: Sequence[int], current: Sequence[int]) -> int:
-    """How many leading tokens `current` shares with `previous` (what a prefix-reusing KV cache keeps)."""
-    n = 0
-    for a, b in zip(previous, current, strict=False):
-        if a != b:
-            break
-        n += 1
-    return n
-
-
 def prefix_reuse_rate(token_sequences: Sequence[Sequence[int]]) -> float:
     """Fraction of each prompt's tokens already present as a prefix of the prompt before it, over
     consecutive prompts (the first prompt is not counted)."""
     reused = total = 0
     for previous, current in zip(token_sequences, token_sequences[1:], strict=False):
-        reused += shared_prefix_length(previous, current)
+        reused += common_prefix_length(previous, current)
         total += len(current)
     return reused / total if total else 0.0

@@ -1,7 +1,8 @@
 """`specls serve` as a subprocess over stdio, driven by pygls' LSP client: what an editor does, scripted.
 
-Used by `specls demo` (many keystrokes) and `specls doctor` (one completion). Positions are UTF-16 code
-units, the LSP default, so any file can be replayed.
+Used by `specls demo` (many keystrokes), `specls bench keystrokes` (the same replay, measured) and
+`specls doctor` (one completion). Positions are UTF-16 code units, the LSP default, so any file can be
+replayed.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import contextlib
 import os
 import sys
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from typing import Any
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
+from lsp_server import __version__
 from lsp_server.demo.keystrokes import position_of
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -39,6 +42,16 @@ def to_plain(value: Any) -> Any:
     return value
 
 
+def first_suggestion(result: Any) -> tuple[str, str | None]:
+    """The text and id of the first item of an inline-completion answer; ("", None) when it has none."""
+    if not isinstance(result, types.InlineCompletionList) or not result.items:
+        return "", None
+    item = result.items[0]
+    text = item.insert_text if isinstance(item.insert_text, str) else item.insert_text.value
+    arguments = item.command.arguments if item.command is not None else None
+    return text, str(arguments[0]) if arguments else None
+
+
 def serve_command(server_args: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", "lsp_server.cli", "serve", *server_args]
 
@@ -46,8 +59,8 @@ def serve_command(server_args: Sequence[str]) -> list[str]:
 class ServerSession:
     """One running server and the client connected to it; documents are tracked as full text."""
 
-    def __init__(self) -> None:
-        self.client = LanguageClient("specls-demo", "0.1.0")
+    def __init__(self, name: str = "specls-demo") -> None:
+        self.client = LanguageClient(name, __version__)
         self.statuses: list[dict[str, Any]] = []
         self.messages: collections.deque[str] = collections.deque(maxlen=20)
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=40)
@@ -71,8 +84,17 @@ class ServerSession:
 
     # --- lifecycle ---
 
-    async def start(self, server_args: Sequence[str], timeout_s: float = 60.0) -> None:
-        env = dict(os.environ)
+    async def start(
+        self,
+        server_args: Sequence[str],
+        timeout_s: float = 60.0,
+        *,
+        env: Mapping[str, str] | None = None,
+        initialization_options: Any = None,
+    ) -> None:
+        """Start the server with `server_args` (after `specls serve`) and initialize it; `env` adds to this
+        process's environment."""
+        env = {**os.environ, **(env or {})}
         # Run this checkout's server even when specls is not installed into the interpreter.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
         command = serve_command(server_args)
@@ -86,7 +108,12 @@ class ServerSession:
         )
         try:
             await asyncio.wait_for(
-                self.client.initialize_async(types.InitializeParams(capabilities=capabilities)), timeout_s
+                self.client.initialize_async(
+                    types.InitializeParams(
+                        capabilities=capabilities, initialization_options=initialization_options
+                    )
+                ),
+                timeout_s,
             )
         except (TimeoutError, RuntimeError) as exc:
             raise ServerError(f"the server did not answer initialize: {exc}{self.stderr_note()}") from exc
@@ -170,19 +197,26 @@ class ServerSession:
 
     async def inline_item(self, uri: str, offset: int) -> tuple[str, str | None]:
         """The suggestion at `offset` and its id (the argument of its `specls.accept` command)."""
+        _, answer = self.request_inline(uri, offset)
+        return first_suggestion(await answer)
+
+    def request_inline(self, uri: str, offset: int) -> tuple[str, asyncio.Future[Any]]:
+        """Ask for a suggestion at `offset` without waiting: (request id for `cancel`, the answer)."""
         line, character = position_of(self.texts[uri], offset)
         params = types.InlineCompletionParams(
             context=types.InlineCompletionContext(types.InlineCompletionTriggerKind.Automatic),
             text_document=types.TextDocumentIdentifier(uri),
             position=types.Position(line, character),
         )
-        result = await self.client.text_document_inline_completion_async(params)
-        if not isinstance(result, types.InlineCompletionList) or not result.items:
-            return "", None
-        item = result.items[0]
-        text = item.insert_text if isinstance(item.insert_text, str) else item.insert_text.value
-        arguments = item.command.arguments if item.command is not None else None
-        return text, str(arguments[0]) if arguments else None
+        request_id = str(uuid.uuid4())
+        sent = self.client.protocol.send_request(
+            types.TEXT_DOCUMENT_INLINE_COMPLETION, params, msg_id=request_id
+        )
+        return request_id, asyncio.wrap_future(sent)
+
+    def cancel(self, request_id: str) -> None:
+        """`$/cancelRequest`, as an editor sends for the previous request on every keystroke."""
+        self.client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=request_id))
 
     def accepted(self, uri: str, suggestion_id: str, length: int, whole: bool) -> None:
         """Tell the server the user took the suggestion (all of it: its command; a part: a notification)."""

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 import random
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from engine.sequences import common_prefix_length
 
 MatchKind = Literal["full", "line", "partial", "miss"]
 _SPEED = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(cps|ms)?\s*$", re.IGNORECASE)
@@ -71,41 +71,22 @@ def _word_char(char: str) -> bool:
 def accepted_length(ghost: str, upcoming: str) -> int:
     """How much of the ghost text a user who means to type `upcoming` takes with one key: all of it when it
     all matches (Tab), else the matching whole words (accept-word). Under 3 characters it is not worth it."""
-    matched = matched_chars(ghost, upcoming)
+    matched = common_prefix_length(ghost, upcoming)
     if matched < len(ghost):  # accept-word never leaves half a word
         while matched > 0 and _word_char(ghost[matched - 1]) and _word_char(ghost[matched]):
             matched -= 1
     return matched if matched >= 3 else 0
 
 
-def matched_chars(suggestion: str, upcoming: str) -> int:
-    """How many leading characters of `suggestion` the user went on to type."""
-    count = 0
-    for suggested, typed in zip(suggestion, upcoming, strict=False):
-        if suggested != typed:
-            break
-        count += 1
-    return count
-
-
 def classify_match(suggestion: str, upcoming: str) -> MatchKind:
     """full: everything suggested was typed next; line: its first line was; partial: a start of it; miss."""
-    matched = matched_chars(suggestion, upcoming)
+    matched = common_prefix_length(suggestion, upcoming)
     if matched == len(suggestion):
         return "full"
     first_line = suggestion.split("\n", 1)[0]
     if first_line.strip() and matched > len(first_line):  # the line break typed too: the line was ended there
         return "line"
     return "partial" if matched > 0 else "miss"
-
-
-def percentile(values: Sequence[float], fraction: float) -> float | None:
-    """Nearest-rank percentile (fraction in [0, 1]); None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, min(len(ordered), math.ceil(fraction * len(ordered) - 1e-9)))
-    return ordered[rank - 1]
 
 
 def position_of(text: str, offset: int) -> tuple[int, int]:

@@ -6,8 +6,9 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from lsp_server.demo.keystrokes import percentile, ratio
+from lsp_server.demo.keystrokes import ratio
 from lsp_server.demo.replay import KeyEvent, LiveStats, Speedup
+from lsp_server.statistics import percentile
 
 
 def _round(value: float | None, digits: int = 2) -> float | None:
@@ -37,12 +38,12 @@ def build_summary(
         "accepted_chars": sum(event.accepted for event in events),
         "key_presses_saved": _round(1 - len(events) / plain_presses, 4) if plain_presses else None,
         "latency_ms": {
-            "p50": _round(percentile(latencies, 0.5)),
-            "p95": _round(percentile(latencies, 0.95)),
+            "p50": _round(percentile(latencies, 50)),
+            "p95": _round(percentile(latencies, 95)),
         },
         "suggestion_latency_ms": {
-            "p50": _round(percentile(suggestion_latencies, 0.5)),
-            "p95": _round(percentile(suggestion_latencies, 0.95)),
+            "p50": _round(percentile(suggestion_latencies, 50)),
+            "p95": _round(percentile(suggestion_latencies, 95)),
         },
         "matches": {kind: matches.get(kind, 0) for kind in ("full", "line", "partial", "miss")},
         # A hit: the user went on to type the whole suggestion, or at least its whole first line.

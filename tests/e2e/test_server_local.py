@@ -158,3 +158,20 @@ async def test_a_missing_local_model_is_reported_and_requests_are_answered_empty
         assert not (await asyncio.wait_for(session.inline(URI), 10)).items
     finally:
         await stop_session(session)
+
+
+async def test_the_bundled_pair_answers_on_a_new_line_with_default_settings() -> None:
+    """The commonest moment for a suggestion: after Enter, the cursor behind the new line's indentation."""
+    session = await start_session(args=())  # `specls serve`: the local backend with the bundled pair
+    try:
+        status = await session.wait_for_state("ready", "error", timeout=120)
+        assert status["state"] == "ready", status
+        session.open(URI, "def add(a, b):\n    ")
+        suggestion = await session.suggestion(URI, timeout=60)
+        first, *later = suggestion.split("\n")
+        assert first.strip(), suggestion  # something to insert on the cursor's line
+        assert first == first.lstrip(" \t"), suggestion  # the indentation is typed already: not doubled
+        for line in later:  # still in the body of `add`, indented with spaces as the file is
+            assert not line.strip() or (line.startswith("    ") and "\t" not in line), suggestion
+    finally:
+        await stop_session(session)

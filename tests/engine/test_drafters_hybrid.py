@@ -9,9 +9,10 @@ from engine.drafters.base import Draft
 from engine.drafters.hybrid import HybridDrafter
 from engine.drafters.length import AdaptiveDraftLength
 from engine.drafters.lookup import PromptLookupDrafter
-from engine.drafters.plan import DraftPlan, common_prefix_length
+from engine.drafters.plan import DraftPlan
 from engine.drafters.stale import StaleCompletionDrafter
 from engine.drafters.suffix import SuffixDrafter
+from engine.sequences import common_prefix_length
 
 
 class ScriptedModel:
@@ -24,7 +25,7 @@ class ScriptedModel:
         self.observed: list[tuple[int, int]] = []
 
     def plan(self, context_ids: list[int]) -> DraftPlan:
-        return DraftPlan(self.name, lookup_hit=False, available=None)
+        return DraftPlan(self.name, copy_found=False, available=None)
 
     def propose(self, context_ids: list[int], max_tokens: int) -> Draft:
         return Draft(token_ids=self.tokens[:max_tokens], draft_probs=None, drafter=self.name)
@@ -45,7 +46,7 @@ def test_order_is_stale_then_suffix_then_lookup_then_model() -> None:
 
     first_round = HybridDrafter(model=model, lookup=lookup, suffix=suffix, stale=stale)
     plan = first_round.plan(PROMPT)
-    assert plan.drafter == "stale" and plan.lookup_hit
+    assert plan.drafter == "stale" and plan.copy_found
     assert first_round.propose(PROMPT, 8) == Draft([70, 71, 72], None, "stale")
 
     assert HybridDrafter(model=model, lookup=lookup, suffix=suffix).propose(context, 8).drafter == "suffix"
@@ -125,8 +126,8 @@ def test_common_prefix_length() -> None:
 # ---- default draft length ----------------------------------------------------------------------------
 
 
-def context(drafter: str, lookup_hit: bool) -> DraftContext:
-    return DraftContext(text_before="x = ", generated="", drafter=drafter, lookup_hit=lookup_hit)
+def context(drafter: str, copy_found: bool) -> DraftContext:
+    return DraftContext(text_before="x = ", generated="", drafter=drafter, copy_found=copy_found)
 
 
 def test_copied_drafts_are_long_and_stale_ones_whole() -> None:

@@ -12,7 +12,14 @@ from engine.api import CompletionRequest
 NEW_TOKENS = 20
 ARCHITECTURES = {"llama": tiny_llama, "gpt2": tiny_gpt2}
 PROMPT = "class Point:\n    def __init__(self, x, y):\n        self.x = x\n       "
-FORCED = (" self", " se", " return", " sel", " y")
+# Whitespace healing: the prompt ends at the line start and the indentation (with any word after it) is forced.
+LINE_START = "class Point:\n    def __init__(self, x, y):\n        self.x = x\n"
+CASES = (
+    *((PROMPT, forced) for forced in (" self", " se", " return", " sel", " y")),
+    *((LINE_START, forced) for forced in ("        ", "        se", "\t\t", "    ")),
+    ("x =", " "),
+)
+WHITESPACE = " \t\r\n"
 
 
 @pytest.fixture(autouse=True)
@@ -21,11 +28,13 @@ def _one_thread() -> None:
 
 
 def reference_constrained_greedy(model: torch.nn.Module, prompt: list[int], forced: str, n: int) -> list[int]:
-    """Full forward per token, no cache; while `forced` is not spelled, only tokens that fit it may win."""
+    """Full forward per token, no cache; while `forced` is not spelled, only tokens that fit it may win. A
+    forced text that ends in a space or tab is followed by a character other than whitespace."""
     tok = tokenizer()
     texts = [tok.decode([tok.encode("a")[-1], i])[1:] for i in range(len(tok))]
     special = set(tok.all_special_ids)
-    ids, remaining = list(prompt), forced
+    word_follows = forced[-1:] in (" ", "\t")
+    ids, remaining, awaits_word = list(prompt), forced, False
     with torch.inference_mode():
         for _ in range(n):
             logits = model(torch.tensor([ids])).logits[0, -1].float()
@@ -37,13 +46,23 @@ def reference_constrained_greedy(model: torch.nn.Module, prompt: list[int], forc
                     and text
                     and "\ufffd" not in text
                     and (text.startswith(remaining) or remaining.startswith(text))
+                    and not (word_follows and text[len(remaining) : len(remaining) + 1] in tuple(WHITESPACE))
                 ]
                 keep = torch.full_like(logits, float("-inf"))
                 keep[fits] = logits[fits]
                 logits = keep
+            elif awaits_word:
+                banned = [
+                    i for i, text in enumerate(texts) if i not in special and text[:1] in tuple(WHITESPACE)
+                ]
+                logits[banned] = float("-inf")
             token = int(logits.argmax())
             text = texts[token]
-            remaining = "" if text.startswith(remaining) else remaining[len(text) :]
+            if remaining:
+                awaits_word = word_follows and text == remaining
+                remaining = "" if text.startswith(remaining) else remaining[len(text) :]
+            else:
+                awaits_word = False
             ids.append(token)
     return ids[len(prompt) :]
 
@@ -53,17 +72,19 @@ def test_constrained_baseline_matches_the_no_cache_reference(arch: str) -> None:
     target = ARCHITECTURES[arch](seed=31)
     engine = local_engine(target, ARCHITECTURES[arch](seed=32))
     assert engine.info().token_healing
-    for forced in FORCED:
+    for prompt, forced in CASES:
         result = engine.complete(
-            CompletionRequest(PROMPT, max_new_tokens=NEW_TOKENS, drafter="none", forced_prefix=forced)
+            CompletionRequest(prompt, max_new_tokens=NEW_TOKENS, drafter="none", forced_prefix=forced)
         )
-        expected = reference_constrained_greedy(target, engine.encode(PROMPT), forced, NEW_TOKENS)
+        expected = reference_constrained_greedy(target, engine.encode(prompt), forced, NEW_TOKENS)
         ends = [i for i, token in enumerate(expected) if token in engine.eos_ids]
         expected = expected[: ends[0]] if ends else expected  # the engine stops at end of text
         assert result.token_ids == expected, forced
         full = decode(result.token_ids)
         assert full.startswith(forced)
         assert result.text == full[len(forced) :]  # what was typed already is not suggested again
+        if forced[-1] in " \t":  # no second indentation, no empty first line
+            assert result.text[:1] not in tuple(WHITESPACE), (forced, result.text)
         spelled = next(n for n in range(1, len(expected) + 1) if len(decode(expected[:n])) >= len(forced))
         assert result.stats["forced_tokens"] == spelled
 
@@ -77,15 +98,15 @@ def test_greedy_speculation_with_a_forced_prefix_is_identical_to_the_baseline(
     forced_rounds = {"drafted": 0, "accepted": 0}
     for draft in (target, ARCHITECTURES[arch](seed=42)):  # a perfect draft model and a poor one
         engine = local_engine(target, draft)
-        for forced in FORCED:
-            plain = CompletionRequest(PROMPT, max_new_tokens=NEW_TOKENS, drafter="none", forced_prefix=forced)
+        for prompt, forced in CASES:
+            plain = CompletionRequest(prompt, max_new_tokens=NEW_TOKENS, drafter="none", forced_prefix=forced)
             want = engine.complete(plain)
             request = CompletionRequest(
-                PROMPT,
+                prompt,
                 max_new_tokens=NEW_TOKENS,
                 drafter=drafter,
                 forced_prefix=forced,
-                lookup_context=(PROMPT + decode(want.token_ids),),
+                lookup_context=(prompt + decode(want.token_ids),),
                 previous_completion=want.text,
             )
             got = engine.complete(request)
@@ -113,6 +134,23 @@ def test_sampled_speculation_spells_the_forced_prefix() -> None:
         result = engine.complete(request)
         assert decode(result.token_ids).startswith(" return")
         assert result.text == decode(result.token_ids)[len(" return") :]
+
+
+def test_sampled_speculation_spells_the_indentation_and_then_a_word() -> None:
+    engine = local_engine(tiny_llama(seed=53), tiny_llama(seed=54))
+    for seed in range(6):
+        request = CompletionRequest(
+            LINE_START,
+            max_new_tokens=12,
+            temperature=1.5,
+            seed=seed,
+            drafter="hybrid",
+            forced_prefix="        ",
+        )
+        result = engine.complete(request)
+        assert decode(result.token_ids).startswith("        ")
+        assert result.text == decode(result.token_ids)[len("        ") :]
+        assert result.text[:1] not in tuple(WHITESPACE), result.text
 
 
 def test_a_budget_too_small_for_the_forced_prefix_returns_nothing_visible() -> None:

@@ -13,10 +13,8 @@ from bench.keystrokes import (
     KeystrokeConfig,
     gap_after,
     keystrokes_of,
-    matched_prefix,
     run_keystrokes,
     summarize,
-    utf16_position,
     write_report,
 )
 
@@ -32,13 +30,6 @@ def test_cadence_stays_in_range_and_pauses_at_line_ends() -> None:
     assert min(gaps) >= 0.060 and max(gaps) <= 0.120
     line_end = [gap_after("\n  ", rng, config) for _ in range(200)]
     assert min(line_end) >= 0.360 and max(line_end) <= 1.020
-
-
-def test_matched_prefix_and_utf16_positions() -> None:
-    assert matched_prefix("return a + b", "return a - b\n") == 9
-    assert matched_prefix("", "x") == 0
-    assert utf16_position("ab\n😀c", 5) == (1, 3)  # the emoji is two UTF-16 units
-    assert utf16_position("abc", 0) == (0, 0)
 
 
 def test_summarize_counts_cancelled_keystrokes_as_never_shown() -> None:

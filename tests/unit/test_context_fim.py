@@ -9,6 +9,7 @@ import pytest
 from tokenizers import Tokenizer, models
 
 from engine.api import BackendInfo
+from engine.sequences import common_prefix_length
 from engine.train.tokenizer import SPECIAL_TOKENS, train_code_tokenizer
 from lsp_server.context import ContextSettings, build_completion_context, detect_fim_template
 from lsp_server.context.fim import (
@@ -16,7 +17,6 @@ from lsp_server.context.fim import (
     Snippet,
     fit_prefix_suffix,
     prefix_reuse_rate,
-    shared_prefix_length,
 )
 from lsp_server.documents import DocumentStore, TextChange
 
@@ -182,10 +182,10 @@ def test_consecutive_keystrokes_share_a_long_token_prefix() -> None:
     assert rate > 0.9, rate
     # Every keystroke keeps at least 80% of the previous prompt's tokens.
     for previous, current in zip(prompts, prompts[1:], strict=False):
-        assert shared_prefix_length(previous, current) > 0.8 * len(previous)
+        assert common_prefix_length(previous, current) > 0.8 * len(previous)
 
 
-def test_shared_prefix_length() -> None:
-    assert shared_prefix_length([1, 2, 3], [1, 2, 4, 5]) == 2
-    assert shared_prefix_length([], [1]) == 0
+def test_common_prefix_length() -> None:
+    assert common_prefix_length([1, 2, 3], [1, 2, 4, 5]) == 2
+    assert common_prefix_length([], [1]) == 0
     assert prefix_reuse_rate([[1, 2], [1, 2, 3], [9]]) == pytest.approx(2 / 4)

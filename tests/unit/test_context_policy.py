@@ -49,7 +49,7 @@ def _ctx(text_before: str, drafter: str = "model", costs: StepCosts | None = Non
         text_before=text_before,
         generated="",
         drafter=drafter,
-        lookup_hit=drafter != "model",
+        copy_found=drafter != "model",
         step_costs=costs,
     )
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from engine.costs import StepCosts, measure_step_costs
-from engine.drafters.sizing import AcceptanceCurve, best_draft_length, expected_accepted
+from engine.drafters.sizing import AcceptanceCurve, best_draft_length, expected_accepted_by_length
 
 
 def test_expected_accepted_multiplies_continuation_rates() -> None:
-    assert expected_accepted([0.5, 0.5, 0.5], 2) == pytest.approx(0.5 + 0.25)
-    assert expected_accepted([1.0] * 4, 3) == 3
-    assert expected_accepted([0.9], 5) == pytest.approx(0.9)  # no rates beyond the curve
-    assert expected_accepted([0.5], 0) == 0
+    assert expected_accepted_by_length([0.5, 0.5, 0.5]) == pytest.approx([0, 0.5, 0.75, 0.875])
+    assert expected_accepted_by_length([1.0] * 3) == [0, 1, 2, 3]
+    assert expected_accepted_by_length([0.9]) == pytest.approx([0, 0.9])
+    assert expected_accepted_by_length([]) == [0]
 
 
 def test_best_draft_length_trades_tokens_against_cost() -> None:

@@ -17,13 +17,8 @@ from typing import Any
 import pytest
 
 from engine.api import CancelToken, CompletionRequest
-from lsp_server.backends.openai import (
-    Endpoint,
-    OpenAIBackend,
-    RemoteOptions,
-    RemoteUnavailableError,
-    redact_url,
-)
+from lsp_server.backends.http_stream import Endpoint, RemoteUnavailableError, redact_url
+from lsp_server.backends.openai import OpenAIBackend, RemoteOptions
 from lsp_server.config import ServerSettings
 
 SPECIAL = ("<|endoftext|>", "<|sp_fim_prefix|>", "<|sp_fim_suffix|>", "<|sp_fim_middle|>", "<|sp_file_sep|>")
@@ -304,6 +299,6 @@ def test_endpoint_parsing_and_redaction() -> None:
 
 def test_https_verifies_certificates_by_default() -> None:
     backend = backend_for(f"https://127.0.0.1:{closed_port()}")
-    context = backend._ssl_context
+    context = backend.transport.ssl_context
     assert context is not None
     assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname

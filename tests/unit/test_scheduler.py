@@ -15,8 +15,8 @@ from lsp_server.backends.fake import FakeBackend, continuation_for, split_tokens
 from lsp_server.config import FakeSettings, ServerSettings
 from lsp_server.context import SyntaxDraftPolicy
 from lsp_server.documents import DocumentStore, TextChange
-from lsp_server.scheduler import (
-    Scheduler,
+from lsp_server.scheduler import Scheduler
+from lsp_server.typed_ahead import (
     complete_first_line,
     remainder_after,
     still_agrees,

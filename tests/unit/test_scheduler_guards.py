@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 
 import pytest
 
-from lsp_server.server import guarded, guarded_async
+from lsp_server.server import guarded
 
 
 class RecordingServer:
@@ -30,17 +31,18 @@ def test_a_failing_sync_handler_returns_the_default_and_logs() -> None:
 
 
 async def test_a_failing_async_handler_returns_the_default_and_logs() -> None:
-    @guarded_async(default=None)
+    @guarded(default=None)
     async def handler(ls: RecordingServer, params: object) -> str:
         raise ValueError("bad")
 
     ls = RecordingServer()
+    assert inspect.iscoroutinefunction(handler)  # pygls awaits it as a coroutine handler
     assert await handler(ls, None) is None
     assert ls.logged[0][1] == "handler failed: ValueError: bad"
 
 
 async def test_cancellation_passes_through_the_async_guard() -> None:
-    @guarded_async(default=None)
+    @guarded(default=None)
     async def handler(ls: RecordingServer, params: object) -> str:
         await asyncio.sleep(10)
         return "never"

@@ -96,8 +96,62 @@ def test_can_spell_words_needs_every_word_character_alone() -> None:
     assert not can_spell_words(TEXTS)
     import string
 
-    full = TokenTexts([*string.ascii_letters, *string.digits, "_", " "])
-    assert can_spell_words(full)
+    assert not can_spell_words(TokenTexts([*string.ascii_letters, *string.digits, "_", " "]))  # no tab
+    assert can_spell_words(TokenTexts([*string.ascii_letters, *string.digits, "_", " ", "\t"]))
+
+
+# Whitespace healing. 0 is special; 11 is a byte fragment after a space.
+WS_VOCAB = ["<s>", " ", "  ", "    ", "     ", " return", "return", "\n", "  \n", "\t", "x", " \ufffd", "   x"]  # fmt: skip
+WS_TEXTS = TokenTexts(WS_VOCAB, excluded_ids=[0])
+
+
+def ws_ids(*texts: str) -> list[int]:
+    return sorted(WS_VOCAB.index(text) for text in texts)
+
+
+def ws_encode(text: str) -> list[int]:
+    ids = []
+    while text:
+        token = max((t for t in WS_VOCAB[1:] if text.startswith(t) and "\ufffd" not in t), key=len)
+        ids.append(WS_VOCAB.index(token))
+        text = text[len(token) :]
+    return ids
+
+
+def test_a_token_that_runs_past_forced_whitespace_must_continue_with_a_non_space() -> None:
+    assert WS_TEXTS.allowed_ids("  ", word_follows=True).tolist() == ws_ids(" ", "  ")
+    # Without the rule, more spaces and a line break would do: that is the doubled indentation it prevents.
+    assert WS_TEXTS.allowed_ids("  ", word_follows=False).tolist() == ws_ids(
+        " ", "  ", "    ", "     ", "  \n", "   x"
+    )
+    assert WS_TEXTS.allowed_ids(" ", word_follows=True).tolist() == ws_ids(" ", " return")
+
+
+def test_after_exactly_spelled_whitespace_the_next_token_may_not_start_with_whitespace() -> None:
+    forced = ForcedPrefix("    ", ws_encode, WS_TEXTS)
+    logits = torch.zeros(3, len(WS_VOCAB))
+    out = forced.constrain(logits, [WS_VOCAB.index("  "), WS_VOCAB.index("  ")])
+    assert torch.isfinite(out[0]).nonzero().flatten().tolist() == ws_ids(" ", "  ", "    ")
+    assert torch.isfinite(out[1]).nonzero().flatten().tolist() == ws_ids(" ", "  ")
+    # The special token (end of text) stays allowed: an empty suggestion is a fair answer.
+    assert torch.isfinite(out[2]).nonzero().flatten().tolist() == ws_ids("<s>", "return", "x")
+    assert forced.advance([WS_VOCAB.index("  "), WS_VOCAB.index("  ")]) == 2
+    assert not forced.active and forced.awaits_word and forced.constraining
+    with pytest.raises(AssertionError):
+        forced.advance([WS_VOCAB.index(" return")])
+    assert forced.advance([WS_VOCAB.index("return")]) == 0  # visible text, not part of the spelling
+    assert not forced.constraining
+    assert forced.constrain(logits) is logits
+
+
+def test_a_word_fragment_or_an_overshoot_leaves_the_next_token_free() -> None:
+    forced = ForcedPrefix("  ", ws_encode, WS_TEXTS)
+    forced.advance([WS_VOCAB.index("   x")])
+    assert forced.overshoot == " x" and not forced.constraining
+    word = ForcedPrefix("    x", ws_encode, WS_TEXTS)
+    assert not word.word_follows
+    word.advance([WS_VOCAB.index("    "), WS_VOCAB.index("x")])
+    assert not word.constraining
 
 
 @pytest.mark.parametrize(
@@ -106,9 +160,14 @@ def test_can_spell_words_needs_every_word_character_alone() -> None:
         ("p = sub", " sub"),  # the space a byte-level pre-tokenizer attaches to the word goes with it
         ("self.pro", "pro"),
         ("    return valu", " valu"),
-        ("def ", ""),  # no word at the cursor
+        ("p =  sub", "  sub"),  # every space or tab before the word
+        ("def f():\n    ", "    "),  # the indentation of a new line
+        ("def f():\n\t\tret", "\t\tret"),
+        ("x = 1\n", ""),  # nothing to heal at column 0
+        ("def ", " "),
         ("x", ""),  # nothing would be left to prompt with
         ("   foo", ""),
+        ("\n   ", ""),
         ("y = " + "a" * 41, ""),  # too long to be worth re-generating
         ("x = é_ab", "_ab"),
     ],

@@ -1,0 +1,208 @@
+"""The engine worker: the one thread that owns the backend.
+
+It loads the backend, builds each prompt (under the store lock, so it reads a consistent document) and runs
+`backend.complete`, which is CPU-bound and never touches the event loop. It reports back only through
+`loop.call_soon_threadsafe`, and the loop talks to a running generation only through its `CancelToken`,
+which the engine polls every speculative round. What the syntax draft-length policy learned about the
+loaded model lives here too, and is forgotten when another model loads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from engine.api import BackendInfo, CompletionBackend, CompletionResult
+from lsp_server.config import ServerSettings
+from lsp_server.context import CompletionContext, ContextSettings, SyntaxAcceptance, shared_learning
+from lsp_server.context.request import engine_request
+from lsp_server.documents import DocumentStore
+from lsp_server.jobs import FairQueue, Generation, is_current
+
+logger = logging.getLogger(__name__)
+
+ContextBuilder = Callable[
+    [DocumentStore, str, int, BackendInfo, ContextSettings, Callable[[str], int]], CompletionContext
+]
+Finalizer = Callable[[str, CompletionContext], str]
+# (info, error, load epoch): exactly one of info and error is set.
+OnLoaded = Callable[[BackendInfo | None, str | None, int], None]
+# (generation, final text, result, error): result is None exactly when error is set.
+OnDone = Callable[[Generation, str, CompletionResult | None, str | None], None]
+
+
+class EngineWorker:
+    """Runs queued generations one at a time; every method but the thread's own runs on the event loop."""
+
+    def __init__(
+        self,
+        store: DocumentStore,
+        store_lock: threading.Lock,
+        backend_factory: Callable[[ServerSettings], CompletionBackend],
+        settings: Callable[[], ServerSettings],
+        *,
+        build_context: ContextBuilder,
+        finalize: Finalizer,
+        on_loaded: OnLoaded,
+        on_started: Callable[[], None],
+        on_text: Callable[[Generation, str], None],
+        on_done: OnDone,
+        on_cancel_to_idle: Callable[[float], None],
+    ) -> None:
+        self._store = store
+        self._store_lock = store_lock
+        self._backend_factory = backend_factory
+        self._settings = settings
+        self._build_context = build_context
+        self._finalize = finalize
+        self._on_loaded = on_loaded
+        self._on_started = on_started
+        self._on_text = on_text
+        self._on_done = on_done
+        self._on_cancel_to_idle = on_cancel_to_idle
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self.load_epoch = 0  # read and written on the loop only
+
+        # Shared with the thread, guarded by _cond.
+        self._cond = threading.Condition()
+        self._queue = FairQueue()
+        self._load_settings: ServerSettings | None = None
+        self._stopping = False
+
+        # The thread's own.
+        self._backend: CompletionBackend | None = None
+        self._info: BackendInfo | None = None
+        self._draft_acceptance = SyntaxAcceptance()
+
+    # --- the event loop's side ---
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._main, name="specls-engine", daemon=True)
+            self._thread.start()
+
+    def load(self, settings: ServerSettings) -> None:
+        """Load (or reload) the backend; `on_loaded` reports it with the epoch this call started."""
+        with self._cond:
+            self.load_epoch += 1
+            self._load_settings = settings
+            self._cond.notify()
+
+    def submit(self, generation: Generation) -> Generation | None:
+        """Queue `generation`; return the document's older queued one that it replaces."""
+        with self._cond:
+            replaced = self._queue.put(generation)
+            self._cond.notify()
+        return replaced
+
+    def withdraw(self, uri: str) -> Generation | None:
+        """Take the document's generation off the queue (None when none is waiting to start)."""
+        with self._cond:
+            return self._queue.remove(uri)
+
+    def withdraw_if_queued(self, generation: Generation) -> Generation | None:
+        with self._cond:
+            return self._queue.remove(generation.uri) if self._queue.holds(generation) else None
+
+    def drain(self) -> list[Generation]:
+        """Empty the queue, returning what was waiting."""
+        with self._cond:
+            return [generation for generation in iter(self._queue.pop, None)]
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    # --- the thread ---
+
+    def _post(self, callback: Callable[..., None], *args: Any) -> None:
+        assert self._loop is not None
+        with contextlib.suppress(RuntimeError):  # a closed loop: the server is shutting down
+            self._loop.call_soon_threadsafe(callback, *args)
+
+    def _main(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopping and self._load_settings is None and not len(self._queue):
+                    self._cond.wait()
+                if self._stopping:
+                    break
+                to_load, epoch = self._load_settings, self.load_epoch
+                self._load_settings = None
+                generation = self._queue.pop() if to_load is None else None
+            if to_load is not None:
+                self._load_backend(to_load, epoch)
+            elif generation is not None:
+                self._run(generation)
+        if self._backend is not None:
+            self._backend.close()
+
+    def _load_backend(self, settings: ServerSettings, epoch: int) -> None:
+        if self._backend is not None:
+            self._backend.close()
+            self._backend, self._info = None, None
+        try:
+            backend = self._backend_factory(settings)
+            info = backend.info()
+        except Exception as exc:  # report it; the server answers empty until settings change
+            logger.exception("backend failed to load")
+            self._post(self._on_loaded, None, f"{type(exc).__name__}: {exc}", epoch)
+            return
+        self._backend, self._info = backend, info
+        self._draft_acceptance = SyntaxAcceptance()  # a new model drafts differently
+        self._post(self._on_loaded, info, None, epoch)
+
+    def _run(self, generation: Generation) -> None:
+        backend, info, settings = self._backend, self._info, self._settings()
+        if backend is None or info is None or generation.cancel.cancelled:
+            self._post(self._on_done, generation, "", CompletionResult("", "cancelled"), None)
+            return
+        try:
+            with self._store_lock:
+                ctx = None
+                if is_current(self._store, generation.uri, generation.version):
+                    ctx = self._build_context(
+                        self._store,
+                        generation.uri,
+                        generation.anchor,
+                        info,
+                        settings.context,
+                        backend.count_tokens,
+                    )
+            if ctx is None:  # edited or closed since the request: the client asks again
+                self._post(self._on_done, generation, "", CompletionResult("", "cancelled"), None)
+                return
+            if ctx.mode == "none":
+                self._post(self._on_done, generation, "", CompletionResult("", "stop"), None)
+                return
+            request = engine_request(
+                ctx,
+                settings,
+                previous_completion=generation.previous_completion,
+                draft_policy=shared_learning(ctx.draft_policy, self._draft_acceptance),
+            )
+            self._post(self._on_started)
+            result = backend.complete(
+                request,
+                on_text=lambda text: self._post(self._on_text, generation, text),
+                cancel=generation.cancel,
+            )
+            cancelled_at = generation.cancel.cancelled_at
+            if result.finish_reason == "cancelled" and cancelled_at is not None:
+                self._post(self._on_cancel_to_idle, (time.monotonic() - cancelled_at) * 1000)
+            text = result.text if result.finish_reason == "cancelled" else self._finalize(result.text, ctx)
+        except Exception as exc:  # a fault in one request must not take the worker down
+            logger.exception("completion failed")
+            self._post(self._on_done, generation, "", None, f"{type(exc).__name__}: {exc}")
+            return
+        self._post(self._on_done, generation, text, result, None)

@@ -1,0 +1,101 @@
+"""Counters for `specls/stats` and `specls/status`, kept locally and never sent anywhere else, and the one
+percentile that the server, the demo and the benchmarks report with."""
+
+from __future__ import annotations
+
+import collections
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.api import CompletionResult
+
+# Engine stats summed over the session (the rest are kept only for the last completion).
+ENGINE_TOTAL_KEYS = (
+    "target_forwards",
+    "drafted",
+    "accepted",
+    "prompt_tokens",
+    "reused_prompt_tokens",
+    "new_tokens",
+    "forced_tokens",
+)
+
+
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """The p-th percentile (0..100) by linear interpolation between closest ranks; None when empty."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    if not 0 <= p <= 100:
+        raise ValueError(f"percentile must be within 0..100, got {p}")
+    rank = (len(ordered) - 1) * p / 100
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    fraction = rank - low
+    if fraction == 0 or ordered[high] == ordered[low]:  # also keeps inf - inf from turning into nan
+        return ordered[low]
+    return ordered[low] + (ordered[high] - ordered[low]) * fraction
+
+
+def _rounded(value: float | None) -> float | None:
+    return round(value, 2) if value is not None else None
+
+
+@dataclass
+class Statistics:
+    requests: int = 0
+    answered_empty: int = 0
+    typed_ahead_hits: int = 0
+    generations: int = 0
+    cancelled_generations: int = 0
+    failed_generations: int = 0
+    shown: int = 0
+    accepted: int = 0
+    partially_accepted: int = 0
+    rejected: int = 0
+    latencies_ms: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=500))
+    engine_totals: collections.Counter[str] = field(default_factory=collections.Counter)
+    # From a cancel to the engine returning (the worker is free again), per cancelled generation.
+    cancel_to_idle_ms: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=500))
+    last_engine_stats: dict[str, Any] = field(default_factory=dict)
+    last_finish_reason: str | None = None
+
+    def record_engine(self, result: CompletionResult) -> None:
+        self.last_finish_reason = result.finish_reason
+        self.last_engine_stats = dict(result.stats)
+        for key in ENGINE_TOTAL_KEYS:
+            value = result.stats.get(key)
+            if isinstance(value, int | float):
+                self.engine_totals[key] += int(value)
+
+    def acceptance_rate(self) -> float | None:
+        decided = self.accepted + self.rejected
+        return self.accepted / decided if decided else None
+
+    def as_dict(self) -> dict[str, Any]:
+        latencies = list(self.latencies_ms)
+        return {
+            "requests": self.requests,
+            "answered_empty": self.answered_empty,
+            "typed_ahead_hits": self.typed_ahead_hits,
+            "generations": self.generations,
+            "cancelled_generations": self.cancelled_generations,
+            "failed_generations": self.failed_generations,
+            "shown": self.shown,
+            "accepted": self.accepted,
+            "partially_accepted": self.partially_accepted,
+            "rejected": self.rejected,
+            "acceptance_rate": self.acceptance_rate(),
+            "latency_ms": {
+                "p50": _rounded(percentile(latencies, 50)),
+                "p90": _rounded(percentile(latencies, 90)),
+                "p99": _rounded(percentile(latencies, 99)),
+                "count": len(latencies),
+            },
+            "engine_totals": dict(self.engine_totals),
+            "cancel_to_idle_ms": list(self.cancel_to_idle_ms),
+            "last_engine_stats": self.last_engine_stats,
+            "last_finish_reason": self.last_finish_reason,
+        }
