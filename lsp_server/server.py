@@ -356,8 +356,8 @@ def _accept_command(suggestion_id: str) -> types.Command:
 async def inline_completion(
     ls: SpeclsServer, params: types.InlineCompletionParams
 ) -> types.InlineCompletionList | None:
-    position = params.position
-    suggestion = await ls.scheduler.complete(params.text_document.uri, position.line, position.character)
+    uri, position = params.text_document.uri, params.position
+    suggestion = await ls.scheduler.complete(uri, position.line, position.character)
     if suggestion is None:
         return types.InlineCompletionList(items=[])
     item = types.InlineCompletionItem(
@@ -365,7 +365,35 @@ async def inline_completion(
         range=types.Range(position, position),
         command=_accept_command(suggestion.suggestion_id),
     )
+    selected = params.context.selected_completion_info if params.context is not None else None
+    if selected is not None:
+        item = _extending_the_selected_item(ls, uri, position, item, selected) or item
     return types.InlineCompletionList(items=[item])
+
+
+def _extending_the_selected_item(
+    ls: SpeclsServer,
+    uri: str,
+    position: types.Position,
+    item: types.InlineCompletionItem,
+    selected: types.SelectedCompletionInfo,
+) -> types.InlineCompletionItem | None:
+    """While the client's suggest widget is open, the spec lets it show only an item that uses the selected
+    entry's range and extends its text (VS Code drops any other). The same suggestion, re-anchored at that
+    range, qualifies when it starts with the selected entry's text; None when it does not."""
+    start, end = selected.range.start, selected.range.end
+    if start.line != position.line or end != position or start.character > position.character:
+        return None
+    try:
+        begin = ls.store.offset_at(uri, start.line, start.character)
+        cursor = ls.store.offset_at(uri, position.line, position.character)
+        typed = ls.store.get(uri).text[begin:cursor]
+    except (UnknownDocumentError, PositionError):
+        return None
+    extended = typed + str(item.insert_text)
+    if not extended.startswith(selected.text):
+        return None
+    return types.InlineCompletionItem(insert_text=extended, range=selected.range, command=item.command)
 
 
 @guarded(None)

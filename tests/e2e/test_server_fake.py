@@ -137,6 +137,32 @@ async def test_completion_label_shows_what_is_inserted() -> None:
         await stop_session(session)
 
 
+async def test_with_the_suggest_widget_open_the_item_extends_the_selected_entry() -> None:
+    session = await start_session(initialization_options=fake_options(("    if", " n < 2:")))
+    try:
+        session.open(URI, "def fib(n):\n    if")
+        end = session.end(URI)
+        widget_range = types.Range(types.Position(1, 4), end)
+
+        async def inline_with(selected_text: str) -> types.InlineCompletionList:
+            context = types.InlineCompletionContext(
+                trigger_kind=types.InlineCompletionTriggerKind.Automatic,
+                selected_completion_info=types.SelectedCompletionInfo(range=widget_range, text=selected_text),
+            )
+            params = types.InlineCompletionParams(
+                context=context, text_document=types.TextDocumentIdentifier(URI), position=end
+            )
+            return await asyncio.wait_for(session.client.text_document_inline_completion_async(params), 10)
+
+        (item,) = (await inline_with("if")).items
+        assert (item.insert_text, item.range) == ("if n < 2:", widget_range)
+        # A selected entry the suggestion does not extend: the plain item (the client will not preview it).
+        (item,) = (await inline_with("isinstance")).items
+        assert (item.insert_text, item.range) == (" n < 2:", types.Range(end, end))
+    finally:
+        await stop_session(session)
+
+
 async def test_serve_accepts_stdio_as_clients_add_it() -> None:
     session = await start_session(
         args=("--stdio", "--backend", "fake"), initialization_options=fake_options(GREET)

@@ -146,11 +146,9 @@ class VSCode:
         return rows
 
     def saved_text(self, name: str) -> str:
-        before = (self.project / name).stat().st_mtime_ns
+        """Save the editor (Ctrl+S) and read the file once VS Code has finished writing it."""
         self.page.keyboard.press("Control+S")
-        deadline = time.monotonic() + 10
-        while (self.project / name).stat().st_mtime_ns == before and time.monotonic() < deadline:
-            time.sleep(0.05)
+        self.page.wait_for_selector(f'.tab.active:not(.dirty)[aria-label*="{name}"]')
         return (self.project / name).read_text(encoding="utf-8")
 
 
@@ -170,7 +168,7 @@ def start_vscode(code_server: Path, extensions_dir: Path, tmp_path: Path) -> Ite
         settings = {
             "specls.serverCommand": str(SPECLS),
             "specls.serverArgs": [*server_args, "--log-file", str(tmp_path / "server.log")],
-            "specls.trace.server": "messages",
+            "specls.trace.server": "verbose",
             "files.hotExit": "off",
             "workbench.startupEditor": "none",
             "telemetry.telemetryLevel": "off",
@@ -192,6 +190,8 @@ def start_vscode(code_server: Path, extensions_dir: Path, tmp_path: Path) -> Ite
                 "--disable-update-check",
                 "--disable-workspace-trust",
                 "--disable-getting-started-override",
+                "--log",
+                "trace",  # the LSP traffic goes to the extension's log, for a failure's diagnosis
                 "--user-data-dir",
                 str(tmp_path / "user-data"),
                 "--extensions-dir",
@@ -221,7 +221,7 @@ def start_vscode(code_server: Path, extensions_dir: Path, tmp_path: Path) -> Ite
                 if time.monotonic() > deadline or process.poll() is not None:
                     raise
                 time.sleep(0.5)
-        page.wait_for_selector('[id="specls.specls"]')
+        page.wait_for_selector('[id="specls.specls"]', timeout=READY_TIMEOUT_MS)
         try:
             page.wait_for_selector(
                 '[id="specls.specls"][aria-label*="specls: ready"]', timeout=READY_TIMEOUT_MS
@@ -285,7 +285,7 @@ def test_fake_backend_exact_text_and_partial_accepts(start_vscode: Any, tmp_path
     assert vscode.wait_for_ghost(5_000, previous=ghost) == " < 2:"
     assert vscode.saved_text("fib.py") == "def fib(n):\n    if n\n"
     vscode.page.keyboard.press("Control+Alt+L")  # editor.action.inlineSuggest.acceptNextLine
-    vscode.page.wait_for_selector(GHOST, state="detached", timeout=5_000)
+    vscode.page.wait_for_timeout(300)  # (the next suggestion, for the end of this line, may show at once)
     assert vscode.saved_text("fib.py") == "def fib(n):\n    if n < 2:\n"
 
     # Enter indents one level deeper; the suggestion is the if's body line, and Tab takes it.
@@ -295,7 +295,7 @@ def test_fake_backend_exact_text_and_partial_accepts(start_vscode: Any, tmp_path
     assert ghost == "return n"
     _assert_no_specls_row(vscode, ghost)
     vscode.page.keyboard.press("Tab")
-    vscode.page.wait_for_selector(GHOST, state="detached", timeout=5_000)
+    vscode.page.wait_for_timeout(300)
     assert vscode.saved_text("fib.py") == "def fib(n):\n    if n < 2:\n        return n\n"
 
 
@@ -314,7 +314,7 @@ def test_bundled_model_ghost_text_at_a_line_start_is_accepted_with_tab(
     vscode.page.screenshot(path=str(shot))
 
     vscode.page.keyboard.press("Tab")
-    vscode.page.wait_for_selector(GHOST, state="detached", timeout=5_000)
+    vscode.page.wait_for_timeout(300)
     lines = vscode.saved_text("add.py").split("\n")
     assert lines[0] == "def add(a, b):"
     # The new line holds the indentation VS Code gave it followed by exactly the ghost text: one level
