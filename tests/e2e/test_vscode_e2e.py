@@ -52,7 +52,7 @@ KEYBINDINGS = [
         "when": "inlineSuggestionVisible",
     }
 ]
-FIB_BODY = "    if n < 2:\n        return n\n    return fib(n - 1) + fib(n - 2)\n"
+FIB_RULES = [["def fib(n):\n", "    if n < 2:\n"], ["    if n < 2:\n", "        return n\n"]]
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +140,17 @@ class VSCode:
             self.page.wait_for_timeout(150)
         self.page.screenshot(path=str(self.project.parent / "no-ghost.png"))
         raise AssertionError(f"no ghost text within {timeout_ms} ms (last seen {seen!r}); see no-ghost.png")
+
+    def wait_for_typed_ghost(self, timeout_ms: int) -> str:
+        """The ghost text VS Code asks for by itself after typing. Now and then (about one run in four here)
+        VS Code 1.100 sends no request after the keys; a user would type on or press Alt+\\, VS Code's own
+        Trigger Inline Suggestion, and so does this, once, saying so in the log."""
+        try:
+            return self.wait_for_ghost(5_000)
+        except AssertionError:
+            print("no inline completion request after typing; triggering it with Alt+\\")
+            self.page.keyboard.press("Alt+Backslash")
+            return self.wait_for_ghost(timeout_ms)
 
     def suggest_rows(self) -> list[str]:
         rows: list[str] = self.page.locator(SUGGEST_ROWS).all_inner_texts()
@@ -267,13 +278,13 @@ def _assert_no_specls_row(vscode: VSCode, ghost: str) -> None:
 
 def test_fake_backend_exact_text_and_partial_accepts(start_vscode: Any, tmp_path: Path) -> None:
     rules = tmp_path / "rules.json"
-    rules.write_text(json.dumps([["def fib(n):\n", FIB_BODY]]), encoding="utf-8")
+    rules.write_text(json.dumps(FIB_RULES), encoding="utf-8")
     vscode = start_vscode({"fib.py": "def fib(n):\n"}, ["--backend", "fake", "--fake-rules", str(rules)])
     vscode.open_file("fib.py")
     _open_line_under_def(vscode, 0)
     vscode.page.keyboard.type("if", delay=60)
 
-    ghost = vscode.wait_for_ghost(15_000)
+    ghost = vscode.wait_for_typed_ghost(15_000)
     assert ghost == " n < 2:"
     _assert_no_specls_row(vscode, ghost)
 
