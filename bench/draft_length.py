@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from bench.metrics import first_difference, markdown_table, median, write_result_files
 from bench.prompts import BenchPrompt, build_prompts
 from bench.throughput import MethodRunner, ThroughputConfig, environment
-from engine.api import DraftContext, DraftLengthPolicy
+from engine.api import DraftContext, DraftLengthPolicy, LearningDraftPolicy
 
 if TYPE_CHECKING:
     from lsp_server.context import SyntaxAcceptance
@@ -53,9 +53,8 @@ class RecordingPolicy:
         return limit
 
     def observe(self, drafter: str, num_drafted: int, num_accepted: int) -> None:
-        inner_observe = getattr(self.inner, "observe", None)
-        if inner_observe is not None:
-            inner_observe(drafter, num_drafted, num_accepted)
+        if isinstance(self.inner, LearningDraftPolicy):
+            self.inner.observe(drafter, num_drafted, num_accepted)
         if self._pending is not None:
             context, limit = self._pending
             self.rounds.append(RoundRecord(context, drafter, limit, num_drafted, num_accepted))
@@ -102,6 +101,7 @@ class DraftLengthConfig:
     target: str | None = None
     draft: str | None = None
     device: str = "auto"
+    dtype: str = "auto"
     threads: int | None = None
     repeats: int = 1
     stop_at_eos: bool = False
@@ -154,7 +154,7 @@ def run_draft_length(config: DraftLengthConfig, progress: bool = True) -> dict[s
     from engine.models import load_pair
     from engine.service import LocalEngine
 
-    pair = load_pair(config.target, config.draft, config.device, num_threads=config.threads)
+    pair = load_pair(config.target, config.draft, config.device, config.dtype, num_threads=config.threads)
     engine = LocalEngine(pair=pair)
     prompts = build_prompts(engine.info(), engine.count_tokens, config.prompts)
     if not prompts:
@@ -168,7 +168,8 @@ def run_draft_length(config: DraftLengthConfig, progress: bool = True) -> dict[s
     def run(name: str, prompt: BenchPrompt, limit: int) -> dict[str, Any]:
         policy = factory.make(name, prompt)
         engine.target.crop(0)
-        engine.draft_decoder.crop(0)
+        if engine.draft_decoder is not None:
+            engine.draft_decoder.crop(0)
         ctx = prompt.context
         request = CompletionRequest(
             prompt=ctx.prompt,

@@ -42,6 +42,7 @@ class KeystrokeConfig:
     target: str | None = None
     draft: str | None = None
     device: str | None = None
+    dtype: str | None = None
     threads: int | None = None  # OMP_NUM_THREADS for the server process (torch's CPU threads)
     endpoint: str | None = None
     remote_model: str | None = None
@@ -140,6 +141,7 @@ def serve_args(config: KeystrokeConfig, log_file: Path) -> list[str]:
         ("--target", config.target),
         ("--draft", config.draft),
         ("--device", config.device),
+        ("--dtype", config.dtype),
         ("--endpoint", config.endpoint),
         ("--model", config.remote_model),
     ):
@@ -394,7 +396,8 @@ def markdown_report(result: dict[str, Any]) -> str:
     wasted = s.get("wasted_tokens")
     lines = [
         f"# Keystroke replay ({config['tag']})\n",
-        f"{result['date_utc']}; backend `{config['backend']}`; {len(result['regions'])} files, "
+        f"{result['date_utc']}; backend `{config['backend']}`"
+        f"{'; target ' + config['target'] if config.get('target') else ''}; {len(result['regions'])} files, "
         f"{sum(r['chars'] for r in result['regions'])} characters typed, {s['keystrokes']} keystrokes at {config['min_gap_ms']:.0f}-"
         f"{config['max_gap_ms']:.0f} ms (+{config['line_pause_ms'][0]:.0f}-{config['line_pause_ms'][1]:.0f} ms at "
         f"line ends), seed {config['seed']}.\n",

@@ -99,3 +99,25 @@ def write_result_files(
     png_path = stem.with_suffix(".png")
     plot(result, png_path)
     return [json_path, md_path, png_path]
+
+
+REPEAT_NGRAM = 4  # tokens; long enough that ordinary code idioms rarely count, short enough to catch loops
+
+
+def repetition_share(token_ids: Sequence[int], n: int = REPEAT_NGRAM) -> float:
+    """Share of the generated tokens that lie inside an n-gram the same output already generated earlier.
+
+    0 for text that never repeats itself; near 1 for a model stuck in a loop. A copying drafter (lookup)
+    accepts long drafts exactly where this is high, so every speed-up is reported beside it.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    seen: set[tuple[int, ...]] = set()
+    inside = [False] * len(token_ids)
+    for end in range(n, len(token_ids) + 1):
+        gram = tuple(token_ids[end - n : end])
+        if gram in seen:
+            for index in range(end - n, end):
+                inside[index] = True
+        seen.add(gram)
+    return sum(inside) / len(token_ids) if token_ids else 0.0

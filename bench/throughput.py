@@ -2,9 +2,12 @@
 
 Every method runs on the same loaded target, interleaved prompt by prompt (the method order rotates per
 prompt) in one process, so machine noise hits all of them alike. Each call starts from an empty KV cache
-(prefill included in the timing) and, unless `--stop-at-eos`, ignores end-of-text so every method
-generates exactly `--max-new-tokens` tokens. Greedy outputs of all methods are compared token by token
-with the autoregressive baseline.
+(prefill included in the timing) and stops at end-of-text as the server does; `--ignore-eos` instead
+generates exactly `--max-new-tokens` tokens (a steady-state row, to be labelled as such). Greedy outputs of
+all methods are compared token by token with the autoregressive baseline, and every row reports how
+repetitive its outputs were (`bench.metrics.repetition_share`): a model that loops makes copying drafters
+look fast. With a GGUF for the target (a pulled model) and a llama-server binary, llama.cpp's plain and
+n-gram speculative decoding run beside ours on the same prompt ids (`bench.llama_peer`).
 
 Step costs: `c` = one draft step / one target step, measured on the loaded decoders at a real prompt
 (a lookup or suffix "step" is its propose time divided by the tokens it proposes); `v(k)` = one target
@@ -23,11 +26,13 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.llama_peer import LLAMA_METHODS, LlamaPeer, find_llama_server, start_peer
 from bench.metrics import (
     alpha_from_rounds,
     first_difference,
     markdown_table,
     median,
+    repetition_share,
     theoretical_speedup,
     write_result_files,
 )
@@ -42,6 +47,8 @@ if TYPE_CHECKING:
 ENGINE_DRAFTERS = ("model", "lookup", "suffix", "hybrid")
 PEER_METHODS = ("hf-greedy", "hf-assisted", "hf-prompt-lookup")
 METHODS = ("autoregressive", *(f"speculative-{name}" for name in ENGINE_DRAFTERS), *PEER_METHODS)
+ALL_METHODS = (*METHODS, *LLAMA_METHODS)
+NEEDS_DRAFT_MODEL = ("speculative-model", "hf-assisted")
 VERIFY_WIDTHS = (1, 2, 4, 8, 16)  # draft lengths k at which the k + 1-token verify cost is measured
 HF_PROMPT_LOOKUP_TOKENS = 10  # transformers' documented default suggestion
 
@@ -53,11 +60,12 @@ class ThroughputConfig:
     target: str | None = None
     draft: str | None = None
     device: str = "auto"
+    dtype: str = "auto"
     threads: int | None = None
     repeats: int = 1
-    methods: tuple[str, ...] = METHODS
+    methods: tuple[str, ...] = ALL_METHODS  # llama-server rows run only where a GGUF and the binary exist
     draft_policy: str = "syntax"  # "syntax" (what the server uses), "adaptive" (engine default) or an int
-    stop_at_eos: bool = False
+    stop_at_eos: bool = True
     out: Path = Path("bench/results")
     tag: str = "cpu"
 
@@ -91,7 +99,9 @@ def make_policy(name: str, prompt: BenchPrompt, learned: SyntaxAcceptance) -> Dr
 class MethodRunner:
     """Runs one method on one prompt from a cold cache and times it."""
 
-    def __init__(self, engine: LocalEngine, config: ThroughputConfig) -> None:
+    def __init__(
+        self, engine: LocalEngine, config: ThroughputConfig, peers: dict[str, LlamaPeer] | None = None
+    ) -> None:
         import torch
 
         from lsp_server.context import SyntaxAcceptance
@@ -99,20 +109,22 @@ class MethodRunner:
         self.engine = engine
         self.config = config
         self.torch = torch
+        self.peers = peers or {}
         self.learned = SyntaxAcceptance()  # the syntax policy's acceptance curves, kept across prompts
         self.pair = engine.pair
         self.eos_ids = engine.eos_ids
+        models = [model for model in (self.pair.target, self.pair.draft) if model is not None]
         if not config.stop_at_eos:
             # Every method generates exactly max_new_tokens tokens: same work, comparable outputs.
             engine.eos_ids = frozenset()
-            for model in (self.pair.target, self.pair.draft):
+            for model in models:
                 model.generation_config.eos_token_id = None
         else:
             eos = sorted(self.eos_ids)
-            for model in (self.pair.target, self.pair.draft):
+            for model in models:
                 model.generation_config.eos_token_id = eos
         pad = self.pair.tokenizer.pad_token_id
-        for model in (self.pair.target, self.pair.draft):
+        for model in models:
             model.generation_config.pad_token_id = pad if pad is not None else 0
 
     def prompt_ids(self, prompt: BenchPrompt) -> list[int]:
@@ -129,11 +141,14 @@ class MethodRunner:
         start = time.perf_counter()
         if method in PEER_METHODS:
             token_ids, stats = self._run_hf(method, prompt, limit)
+        elif method in LLAMA_METHODS:
+            ids = self.prompt_ids(prompt)
+            token_ids, stats = self.peers[method].complete(ids, limit, not self.config.stop_at_eos)
         else:
             token_ids, stats = self._run_engine(method, prompt, limit)
         self._sync()
         wall = time.perf_counter() - start
-        if self.config.stop_at_eos:  # transformers keeps the EOS token; the engine does not
+        if self.config.stop_at_eos:  # transformers and llama-server keep the EOS token; the engine does not
             while token_ids and token_ids[-1] in self.eos_ids:
                 token_ids = token_ids[:-1]
         return Run(method, prompt.name, wall, len(token_ids), token_ids, stats)
@@ -144,7 +159,8 @@ class MethodRunner:
         drafter = "none" if method == "autoregressive" else method.removeprefix("speculative-")
         # A cold start for every call: no method profits from a cache another one left behind.
         self.engine.target.crop(0)
-        self.engine.draft_decoder.crop(0)
+        if self.engine.draft_decoder is not None:
+            self.engine.draft_decoder.crop(0)
         ctx = prompt.context
         request = CompletionRequest(
             prompt=ctx.prompt,
@@ -205,8 +221,9 @@ def measure_step_costs(runner: MethodRunner, prompt: BenchPrompt, repeats: int =
     target, draft = engine.target, engine.draft_decoder
     with runner.torch.inference_mode():
         for decoder in (target, draft):
-            decoder.crop(0)
-            sync_cache(decoder, ids)
+            if decoder is not None:
+                decoder.crop(0)
+                sync_cache(decoder, ids)
         base = len(ids) - 1
 
         def step(decoder: Any, width: int) -> Callable[[], object]:
@@ -218,7 +235,7 @@ def measure_step_costs(runner: MethodRunner, prompt: BenchPrompt, repeats: int =
             return call
 
         target_step = _timed(step(target, 1), repeats, runner._sync)
-        draft_step = _timed(step(draft, 1), repeats, runner._sync)
+        draft_step = _timed(step(draft, 1), repeats, runner._sync) if draft is not None else None
         verify = {k: _timed(step(target, k + 1), repeats, runner._sync) / target_step for k in VERIFY_WIDTHS}
     lookup = PromptLookupDrafter([engine.encode(s) for s in prompt.context.lookup_snippets if s])
     suffix = SuffixDrafter(engine.encode(prompt.context.suffix))
@@ -231,7 +248,7 @@ def measure_step_costs(runner: MethodRunner, prompt: BenchPrompt, repeats: int =
         "target_step_s": target_step,
         "draft_step_s": draft_step,
         "c": {
-            "model": draft_step / target_step,
+            "model": draft_step / target_step if draft_step is not None else None,
             "lookup": copy_costs["lookup"] / target_step,
             "suffix": copy_costs["suffix"] / target_step,
         },
@@ -272,16 +289,30 @@ def summarize(runs: list[Run], step_costs: dict[str, Any], methods: tuple[str, .
                 diff = first_difference(per_method[reference][0].token_ids, per_method[method][0].token_ids)
                 if diff is not None:
                     mismatches.append({"prompt": prompt, "first_difference_at": diff})
+        new_tokens = sum(run.new_tokens for run in method_runs)
+        wall = sum(run.wall_s for run in method_runs)
         entry: dict[str, Any] = {
             "tokens_per_s_median": median([run.tokens_per_s for run in method_runs]),
             "ratio_to_autoregressive_median": median(ratios),
-            "new_tokens": sum(run.new_tokens for run in method_runs),
+            "ms_per_token": 1000 * wall / new_tokens if new_tokens else None,
+            # Token-weighted: every generated token counts once, however many a prompt produced.
+            "repetition": (
+                sum(repetition_share(run.token_ids) * run.new_tokens for run in method_runs) / new_tokens
+                if new_tokens
+                else 0.0
+            ),
+            "new_tokens": new_tokens,
             "runs": len(method_runs),
             "outputs_identical_to_autoregressive": not mismatches,
             "mismatches": mismatches,
         }
         entry.update(_acceptance(method, method_runs, step_costs))
         summary[method] = entry
+    base_ms = summary.get(reference, {}).get("ms_per_token")
+    for entry in summary.values():
+        entry["speedup_time_per_token"] = (
+            base_ms / entry["ms_per_token"] if base_ms and entry["ms_per_token"] else None
+        )
     return summary
 
 
@@ -348,8 +379,10 @@ def environment(engine: LocalEngine, threads: int) -> dict[str, Any]:
         "device": str(engine.pair.device),
         "dtype": str(engine.pair.dtype).removeprefix("torch."),
         "gpu": torch.cuda.get_device_name() if engine.pair.device.type == "cuda" else None,
+        "dtype_reason": engine.pair.dtype_reason,
         "target": describe_model(engine.pair.target_source),
-        "draft": describe_model(engine.pair.draft_source),
+        "draft": describe_model(engine.pair.draft_source) if engine.pair.draft_source else None,
+        "shared_machine": "other jobs shared the CPU; ratios come from methods interleaved in one process",
     }
 
 
@@ -360,25 +393,34 @@ def run_throughput(config: ThroughputConfig, progress: bool = True) -> dict[str,
     from engine.models import load_pair
     from engine.service import LocalEngine
 
-    pair = load_pair(config.target, config.draft, config.device, num_threads=config.threads)
+    pair = load_pair(config.target, config.draft, config.device, config.dtype, num_threads=config.threads)
     engine = LocalEngine(pair=pair)
     prompts = build_prompts(engine.info(), engine.count_tokens, config.prompts)
     if not prompts:
         raise RuntimeError("no held-out prompts could be built (is the standard library readable?)")
-    runner = MethodRunner(engine, config)
-    for method in config.methods:  # warm-up: first-call allocations and lazy imports stay out of timings
-        runner.run(method, prompts[0], max_new_tokens=8)
-    step_costs = measure_step_costs(runner, prompts[len(prompts) // 2])
-    runs: list[Run] = []
-    jobs = [(p, r) for p in range(len(prompts)) for r in range(config.repeats)]
-    for prompt_index, repeat in tqdm(jobs, desc="throughput", unit="prompt", disable=not progress):
-        shift = (prompt_index + repeat) % len(config.methods)
-        for method in config.methods[shift:] + config.methods[:shift]:
-            runs.append(runner.run(method, prompts[prompt_index]))
-    summary = summarize(runs, step_costs, config.methods)
+    methods, skipped = runnable_methods(config, pair.draft is not None)
+    peers: dict[str, LlamaPeer] = {}
+    try:
+        llama_methods = [m for m in methods if m in LLAMA_METHODS]
+        peers = start_peers(config, llama_methods, min(engine.window, 4096), torch.get_num_threads())
+        runner = MethodRunner(engine, config, peers)
+        for method in methods:  # warm-up: first-call allocations and lazy imports stay out of timings
+            runner.run(method, prompts[0], max_new_tokens=8)
+        step_costs = measure_step_costs(runner, prompts[len(prompts) // 2])
+        runs: list[Run] = []
+        jobs = [(p, r) for p in range(len(prompts)) for r in range(config.repeats)]
+        for prompt_index, repeat in tqdm(jobs, desc="throughput", unit="prompt", disable=not progress):
+            shift = (prompt_index + repeat) % len(methods)
+            for method in methods[shift:] + methods[:shift]:
+                runs.append(runner.run(method, prompts[prompt_index]))
+    finally:
+        for peer in peers.values():
+            peer.stop()
+    summary = summarize(runs, step_costs, methods)
     return {
         "benchmark": "throughput",
         "config": {**asdict(config), "out": str(config.out)},
+        "skipped": skipped,
         "environment": environment(engine, torch.get_num_threads()),
         "prompts": [
             {"name": p.name, "prompt_tokens": len(runner.prompt_ids(p)), "mode": p.context.mode}
@@ -394,19 +436,74 @@ def run_throughput(config: ThroughputConfig, progress: bool = True) -> dict[str,
     }
 
 
+def runnable_methods(
+    config: ThroughputConfig, has_draft_model: bool
+) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The configured methods this pair and machine can run, and why each other one is left out."""
+    from engine.catalog import CATALOG
+
+    skipped: dict[str, str] = {}
+    for method in config.methods:
+        if method in NEEDS_DRAFT_MODEL and not has_draft_model:
+            skipped[method] = "no draft model shares this target's tokenizer"
+        elif method in LLAMA_METHODS and config.target not in CATALOG:
+            skipped[method] = "llama-server needs a GGUF of the target: a pulled model (specls pull)"
+        elif method in LLAMA_METHODS and find_llama_server() is None:
+            skipped[method] = "no llama-server binary (bash scripts/build_llama_server.sh)"
+    return tuple(m for m in config.methods if m not in skipped), skipped
+
+
+def start_peers(
+    config: ThroughputConfig, methods: list[str], window: int, threads: int
+) -> dict[str, LlamaPeer]:
+    """One llama-server per llama method, on the pulled model's GGUF, with the engine's thread count."""
+    if not methods:
+        return {}
+    import tempfile
+
+    from engine.catalog import gguf_path
+
+    binary = find_llama_server()
+    assert binary is not None and config.target is not None  # runnable_methods checked both
+    logs = Path(tempfile.mkdtemp(prefix="specls-bench-llama-"))
+    peers: dict[str, LlamaPeer] = {}
+    try:
+        for method in methods:
+            peers[method] = start_peer(
+                binary, gguf_path(config.target), method, threads, window, logs / f"{method}.log"
+            )
+    except RuntimeError:
+        for peer in peers.values():
+            peer.stop()
+        raise
+    return peers
+
+
+GOAL_VS_AUTOREGRESSIVE = 3.0  # speculative vs plain greedy, held-out code, natural stops
+GOAL_VS_HF_ASSISTED = 2.0
+
+
 def goals_met(summary: dict[str, Any]) -> dict[str, Any]:
-    """Issue 7's throughput goals: best speculative method >= 2.5x autoregressive and >= 1.5x HF assisted."""
+    """The throughput goals: best speculative method >= 3x autoregressive and >= 2x transformers assisted
+    generation (prompt lookup stands in for it when there is no draft model), by time per generated token."""
     speculative = {m: s for m, s in summary.items() if m.startswith("speculative-")}
     if not speculative:
         return {}
-    best = max(speculative, key=lambda m: speculative[m]["ratio_to_autoregressive_median"] or 0.0)
-    ratio = speculative[best]["ratio_to_autoregressive_median"]
-    result: dict[str, Any] = {"best_method": best, "vs_autoregressive": ratio, "vs_autoregressive_goal": 2.5}
-    assisted = summary.get("hf-assisted", {}).get("ratio_to_autoregressive_median")
+    best = max(speculative, key=lambda m: speculative[m]["speedup_time_per_token"] or 0.0)
+    ratio = speculative[best]["speedup_time_per_token"]
+    result: dict[str, Any] = {
+        "best_method": best,
+        "vs_autoregressive": ratio,
+        "vs_autoregressive_goal": GOAL_VS_AUTOREGRESSIVE,
+        "repetition": speculative[best]["repetition"],
+    }
+    peer = "hf-assisted" if "hf-assisted" in summary else "hf-prompt-lookup"
+    assisted = summary.get(peer, {}).get("speedup_time_per_token")
     if assisted and ratio:
+        result["hf_peer"] = peer
         result["vs_hf_assisted"] = ratio / assisted
-        result["vs_hf_assisted_goal"] = 1.5
-        same_draft = summary.get("speculative-model", {}).get("ratio_to_autoregressive_median")
+        result["vs_hf_assisted_goal"] = GOAL_VS_HF_ASSISTED
+        same_draft = summary.get("speculative-model", {}).get("speedup_time_per_token")
         if same_draft:  # the like-for-like pair: both draft with the same model
             result["model_drafter_vs_hf_assisted"] = same_draft / assisted
     return result
@@ -420,57 +517,78 @@ def markdown_report(result: dict[str, Any]) -> str:
     env, config, summary = result["environment"], result["config"], result["summary"]
     rows = []
     for method, s in summary.items():
+        if method in LLAMA_METHODS:
+            same = "not compared (Q4_1 weights)"
+        else:
+            same = "yes" if s["outputs_identical_to_autoregressive"] else f"NO ({len(s['mismatches'])})"
         rows.append(
             [
                 method,
-                s["tokens_per_s_median"],
+                s.get("ms_per_token"),
+                s.get("speedup_time_per_token"),
                 s["ratio_to_autoregressive_median"],
+                s["repetition"],
                 s.get("mean_draft_length"),
                 s.get("mean_accepted_length"),
                 s.get("alpha"),
                 s.get("c"),
-                s.get("theoretical_speedup"),
                 s.get("theoretical_speedup_measured_verify"),
-                "yes" if s["outputs_identical_to_autoregressive"] else f"NO ({len(s['mismatches'])})",
+                same,
             ]
         )
     header = [
         "method",
-        "tok/s (median)",
-        "x autoregressive (median)",
+        "ms / generated token",
+        "x autoregressive (time per token)",
+        "x autoregressive (median of prompts)",
+        "repetition",
         "mean k",
         "mean accepted",
         "alpha",
         "c",
-        "S theory (v=1)",
         "S theory (measured v)",
         "greedy output = AR",
     ]
     costs = result["step_costs"]
     goals = result.get("goals", {})
+    draft = env.get("draft")
+    draft_text = (
+        f"draft {draft.get('location')} ({draft.get('params')} params)" if draft else "no draft model"
+    )
+    stops = "natural stops (EOS respected)" if config["stop_at_eos"] else "EOS IGNORED (steady state)"
     lines = [
-        f"# Throughput ({result['config']['tag']})\n",
+        f"# Throughput ({result['config']['tag']}): {stops}\n",
         f"{env['date_utc']}, commit {env['git_commit']}, {env['device']} {env['dtype']}"
+        f" ({env.get('dtype_reason', '')})"
         f"{' (' + env['gpu'] + ')' if env.get('gpu') else ''}, {env['torch_threads']} torch threads, "
-        f"torch {env['torch']}, transformers {env['transformers']}.\n",
-        f"Target {env['target'].get('location')} ({env['target'].get('params')} params), draft "
-        f"{env['draft'].get('location')} ({env['draft'].get('params')} params). "
-        f"{len(result['prompts'])} held-out prompts x {config['repeats']} repeats, "
-        f"{config['max_new_tokens']} new tokens each"
-        f"{'' if config['stop_at_eos'] else ' (EOS ignored)'}, draft policy `{config['draft_policy']}`.\n",
+        f"torch {env['torch']}, transformers {env['transformers']}. {env.get('shared_machine', '')}.\n",
+        f"Target {env['target'].get('location')} ({env['target'].get('params')} params), {draft_text}. "
+        f"{len(result['prompts'])} held-out prompts x {config['repeats']} repeats, up to "
+        f"{config['max_new_tokens']} new tokens each, {stops}, draft policy `{config['draft_policy']}`.\n",
+        "Repetition: share of generated tokens inside a 4-gram the same output already generated "
+        "(high values mean copying drafters are copying a loop).\n",
         markdown_table(header, rows),
+    ]
+    if result.get("skipped"):
+        lines.append(
+            "\nNot run: " + "; ".join(f"{m} ({why})" for m, why in result["skipped"].items()) + ".\n"
+        )
+    draft_ms = f"{costs['draft_step_s'] * 1000:.2f} ms" if costs.get("draft_step_s") else "none"
+    lines.append(
         f"\nStep costs at a {costs['prompt_tokens']}-token prompt: target step "
-        f"{costs['target_step_s'] * 1000:.2f} ms, draft step {costs['draft_step_s'] * 1000:.2f} ms; verify "
+        f"{costs['target_step_s'] * 1000:.2f} ms, draft step {draft_ms}; verify "
         "cost v(k) in target steps: "
         + ", ".join(f"k={k}: {v:.2f}" for k, v in costs["verify_cost"].items())
         + ".\n",
-    ]
+    )
     if goals:
         lines.append(
             f"\nGoals: best speculative method `{goals['best_method']}` is "
-            f"{goals['vs_autoregressive']:.2f}x autoregressive (goal 2.5x)"
+            f"{goals['vs_autoregressive']:.2f}x autoregressive by time per token "
+            f"(goal {goals['vs_autoregressive_goal']}x, repetition {goals['repetition']:.2f})"
             + (
-                f" and {goals['vs_hf_assisted']:.2f}x transformers assisted generation (goal 1.5x)"
+                f" and {goals['vs_hf_assisted']:.2f}x transformers `{goals['hf_peer']}` "
+                f"(goal {goals['vs_hf_assisted_goal']}x)"
                 if "vs_hf_assisted" in goals
                 else ""
             )
@@ -493,22 +611,25 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
     summary = result["summary"]
     methods = list(summary)
-    achieved = [summary[m]["ratio_to_autoregressive_median"] or 0.0 for m in methods]
+    achieved = [summary[m]["speedup_time_per_token"] or 0.0 for m in methods]
     theory = [summary[m].get("theoretical_speedup_measured_verify") for m in methods]
     fig, ax = plt.subplots(figsize=(9, 4.5))
     positions = range(len(methods))
-    ax.bar(positions, achieved, color="#4c72b0", label="achieved (median over prompts)")
+    ax.bar(positions, achieved, color="#4c72b0", label="achieved (time per generated token)")
+    for x, method in zip(positions, methods, strict=True):
+        ax.text(x, 0.05, f"rep {summary[method]['repetition']:.2f}", ha="center", fontsize=7, color="white")
     for x, value in zip(positions, theory, strict=True):
         if value is not None:
             ax.plot([x - 0.4, x + 0.4], [value, value], color="#dd8452", linewidth=2)
     ax.plot([], [], color="#dd8452", linewidth=2, label="theory, measured alpha, c, v")
     ax.axhline(1.0, color="gray", linewidth=0.8)
-    ax.axhline(2.5, color="#55a868", linestyle="--", linewidth=1, label="goal 2.5x")
+    ax.axhline(GOAL_VS_AUTOREGRESSIVE, color="#55a868", linestyle="--", linewidth=1, label="goal 3x")
     ax.set_xticks(list(positions), methods, rotation=25, ha="right")
     ax.set_ylabel("speed-up over autoregressive")
     env = result["environment"]
     ax.set_title(
-        f"specls throughput, {env['device']} {env['dtype']}, {result['config']['max_new_tokens']} tokens"
+        f"specls throughput, {env['device']} {env['dtype']}, up to {result['config']['max_new_tokens']} tokens, "
+        + ("natural stops" if result["config"]["stop_at_eos"] else "EOS ignored")
     )
     ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()

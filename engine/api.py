@@ -6,11 +6,12 @@ Pure Python on purpose (no torch): the server imports this module, the local eng
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from engine.costs import StepCosts
 
@@ -78,6 +79,13 @@ class DraftLengthPolicy(Protocol):
     def max_draft_tokens(self, ctx: DraftContext) -> int: ...
 
 
+@runtime_checkable
+class LearningDraftPolicy(DraftLengthPolicy, Protocol):
+    """A policy that learns from each round it sized."""
+
+    def observe(self, drafter: str, num_drafted: int, num_accepted: int) -> None: ...
+
+
 @dataclass
 class CompletionRequest:
     prompt: str  # fully assembled prompt text (FIM template already applied)
@@ -103,11 +111,56 @@ class CompletionResult:
     text: str
     finish_reason: FinishReason
     token_ids: list[int] = field(default_factory=list)
-    # target_forwards, drafted, accepted, per_drafter, accepted_histogram, prefill_s, decode_s, wall_s,
-    # forced_tokens (of new_tokens, those that re-spelled a forced prefix; its rounds are in per_drafter
-    # under "forced", not in drafted/accepted),
-    # prompt_tokens, reused_prompt_tokens, ...
+    # The local engine's EngineStats as a dict; other backends report what they know under the same names.
     stats: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class EngineStats:
+    """What one local completion did. `CompletionResult.stats` carries it as a dict (`as_dict`), beside
+    whatever else a backend reports (a remote backend its server's timings)."""
+
+    prompt_tokens: int = 0
+    reused_prompt_tokens: int = 0  # found in the KV cache from the previous call
+    truncated_prompt_tokens: int = 0  # cut from the left to fit the window
+    target_forwards: int = 0
+    drafted: int = 0  # draft tokens verified (a forced prefix's spelling is counted apart, in per_drafter)
+    accepted: int = 0
+    new_tokens: int = 0
+    forced_tokens: int = 0  # of new_tokens, those that re-spelled a forced prefix
+    # Per drafter name ("model", "lookup", ..., "forced"): rounds, drafted, accepted.
+    per_drafter: dict[str, dict[str, int]] = field(default_factory=dict)
+    accepted_histogram: list[int] = field(default_factory=list)  # rounds by drafts accepted
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    wall_s: float = 0.0
+
+    def count_round(self, drafter: str, drafted: int, accepted: int, *, in_totals: bool) -> None:
+        per = self.per_drafter.setdefault(drafter, {"rounds": 0, "drafted": 0, "accepted": 0})
+        per["rounds"] += 1
+        per["drafted"] += drafted
+        per["accepted"] += accepted
+        if not in_totals:
+            return
+        self.drafted += drafted
+        self.accepted += accepted
+        self.accepted_histogram.extend([0] * (accepted + 1 - len(self.accepted_histogram)))
+        self.accepted_histogram[accepted] += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# EngineStats fields that a server sums over its session (the rest describe one completion).
+SUMMED_STATS = (
+    "target_forwards",
+    "drafted",
+    "accepted",
+    "prompt_tokens",
+    "reused_prompt_tokens",
+    "new_tokens",
+    "forced_tokens",
+)
 
 
 @dataclass(frozen=True)

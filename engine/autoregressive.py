@@ -10,8 +10,8 @@ from time import perf_counter
 
 import torch
 
-from engine.api import CancelToken, CompletionResult, OnText
-from engine.decoder import CausalDecoder
+from engine.api import CancelToken, CompletionResult, EngineStats, OnText
+from engine.decoder import CausalDecoder, device_of
 from engine.generation import (
     Decode,
     DecodeSettings,
@@ -19,7 +19,6 @@ from engine.generation import (
     TokenPicker,
     finish_result,
     fit_prompt,
-    new_stats,
     sync_cache,
 )
 from engine.healing import ForcedPrefix
@@ -45,8 +44,8 @@ def autoregressive_generate(
     with torch.inference_mode():
         reused = sync_cache(target, prompt_ids)
         prefilled = perf_counter()
-        stats = new_stats(len(prompt_ids), reused, dropped)
-        picker = TokenPicker(settings, getattr(target, "device", "cpu"))
+        stats = EngineStats(len(prompt_ids), reused, dropped)
+        picker = TokenPicker(settings, device_of(target))
         output = OutputTracker(settings, decode, on_text, forced.text if forced is not None else "")
         pending = prompt_ids[-1]  # fed next; its logits choose the next token
         while output.finish is None:
@@ -59,7 +58,7 @@ def autoregressive_generate(
             token = picker.pick(logits[0])
             if forced is not None:
                 forced.advance([token])
-            stats["target_forwards"] += 1
+            stats.target_forwards += 1
             output.extend([token])
             pending = token
     return finish_result(

@@ -6,7 +6,7 @@ the baseline and the draft-model drafter only ever talk to this protocol.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -27,3 +27,21 @@ class CausalDecoder(Protocol):
     def crop(self, length: int) -> None:
         """Keep only the first `length` cached positions: the rollback after a rejected draft."""
         ...
+
+
+@runtime_checkable
+class PrefillingDecoder(CausalDecoder, Protocol):
+    """A decoder that can fill its cache without computing logits (skips the vocabulary projection)."""
+
+    def prefill(self, token_ids: list[int]) -> None: ...
+
+
+@runtime_checkable
+class PlacedDecoder(CausalDecoder, Protocol):
+    """A decoder whose tensors live on a known device (where a sampling generator must live too)."""
+
+    device: torch.device
+
+
+def device_of(decoder: CausalDecoder) -> torch.device:
+    return decoder.device if isinstance(decoder, PlacedDecoder) else torch.device("cpu")

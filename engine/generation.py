@@ -11,12 +11,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Any
 
 import torch
 
-from engine.api import CompletionRequest, CompletionResult, FinishReason, OnText, StopCheck, first_stop
-from engine.decoder import CausalDecoder
+from engine.api import (
+    CompletionRequest,
+    CompletionResult,
+    EngineStats,
+    FinishReason,
+    OnText,
+    StopCheck,
+    first_stop,
+)
+from engine.decoder import CausalDecoder, PrefillingDecoder
 from engine.sequences import common_prefix_length
 from engine.verify import warp_logits
 
@@ -82,9 +89,8 @@ def sync_cache(decoder: CausalDecoder, prompt_ids: list[int]) -> int:
     decoder.crop(reused)
     remaining = prompt_ids[reused:-1]
     if remaining:
-        prefill = getattr(decoder, "prefill", None)  # optional: skips the vocabulary projection
-        if prefill is not None:
-            prefill(remaining)
+        if isinstance(decoder, PrefillingDecoder):
+            decoder.prefill(remaining)
         else:
             decoder.forward(remaining)
     return reused
@@ -207,7 +213,7 @@ class OutputTracker:
 
 def finish_result(
     output: OutputTracker,
-    stats: dict[str, Any],
+    stats: EngineStats,
     *,
     started: float,
     prefilled: float,
@@ -218,29 +224,8 @@ def finish_result(
     (`perf_counter` times); `unfinished` is the finish reason when no stop rule fired."""
     text, token_ids = output.result_parts()
     end = perf_counter()
-    stats.update(
-        prefill_s=prefilled - started,
-        decode_s=end - prefilled,
-        wall_s=end - started,
-        new_tokens=len(token_ids),
-        forced_tokens=forced_tokens,
-    )
+    stats.prefill_s, stats.decode_s, stats.wall_s = prefilled - started, end - prefilled, end - started
+    stats.new_tokens, stats.forced_tokens = len(token_ids), forced_tokens
     return CompletionResult(
-        text=text, finish_reason=output.finish or unfinished, token_ids=token_ids, stats=stats
+        text=text, finish_reason=output.finish or unfinished, token_ids=token_ids, stats=stats.as_dict()
     )
-
-
-def new_stats(prompt_tokens: int, reused: int, dropped: int) -> dict[str, Any]:
-    return {
-        "prompt_tokens": prompt_tokens,
-        "reused_prompt_tokens": reused,
-        "truncated_prompt_tokens": dropped,
-        "target_forwards": 0,
-        "drafted": 0,
-        "accepted": 0,
-        "per_drafter": {},
-        "accepted_histogram": [],
-        "prefill_s": 0.0,
-        "decode_s": 0.0,
-        "wall_s": 0.0,
-    }

@@ -1,7 +1,11 @@
-"""Load a target and a draft model: the bundled pair, a local Hugging Face folder, or a hub id.
+"""Load a target and a draft model: the bundled pair, a pulled catalog model (`smollm2-135m`), a local
+Hugging Face folder, or a hub id.
 
-Only a hub id may touch the network, and only because the user named it. A pair whose tokenizers
-differ is refused: speculative verification compares token ids, so both models must speak the same ones.
+Only a hub id may touch the network, and only because the user named it; a catalog name resolves to its
+folder in the cache or fails with the `specls pull` command to run. A pair whose tokenizers differ is
+refused: speculative verification compares token ids, so both models must speak the same ones. A target
+without a draft of its own tokenizer (every catalog model so far) runs with no draft model
+(`draft="none"`): the copying drafters still speculate.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ if TYPE_CHECKING:
 
 BUNDLED_DIR = Path(__file__).resolve().parent / "bundled"
 Role = Literal["target", "draft"]
+NO_DRAFT = "none"  # draft spec: no draft model; lookup, suffix and stale drafters still run
 
 # "org/name" or "name" with the characters the hub allows; anything else is treated as a path.
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
@@ -39,20 +44,30 @@ class ModelSource:
 @dataclass
 class ModelPair:
     target: PreTrainedModel
-    draft: PreTrainedModel
+    draft: PreTrainedModel | None  # None: no draft model shares the target's tokenizer
     tokenizer: PreTrainedTokenizerBase
     device: torch.device
     dtype: torch.dtype
     target_source: ModelSource
-    draft_source: ModelSource
+    draft_source: ModelSource | None
+    dtype_reason: str = ""  # why this dtype (`choose_dtype`), for doctor and info
 
 
 def resolve_model_path(spec: str | None, role: Role = "target") -> ModelSource:
-    """None or "bundled" -> engine/bundled/<role>; an existing folder -> that folder; else a hub id.
+    """None or "bundled" -> engine/bundled/<role>; a catalog name -> its pulled folder; an existing folder
+    -> that folder; else a hub id.
 
-    A spec that looks like a path (starts with /, ., ~ or contains a backslash) but does not exist is an
-    error, never a hub lookup.
+    A catalog name that is not pulled is an error naming `specls pull`, never a download. A spec that looks
+    like a path (starts with /, ., ~ or contains a backslash) but does not exist is an error, never a hub
+    lookup.
     """
+    from engine.catalog import CATALOG, NotPulledError, pulled_folder
+
+    if spec in CATALOG:
+        try:
+            return ModelSource(spec=spec, location=str(pulled_folder(spec)), is_local=True)
+        except NotPulledError as exc:
+            raise ModelLoadError(str(exc)) from exc
     if spec is None or spec == "bundled":
         folder = BUNDLED_DIR / role
         if not (folder / "config.json").is_file():
@@ -98,11 +113,67 @@ def pick_device(device: str = "auto") -> torch.device:
     return resolved
 
 
-def default_dtype(device: torch.device) -> torch.dtype:
-    """bf16 on CUDA; fp32 on CPU, where whole-model bf16 decode measured slower."""
+DTYPE_NAMES = ("auto", "fp32", "bf16")
+# bf16 pays on a CPU only where the weights' memory traffic is the cost: at the bundled pair's 10M
+# parameters a step is per-call overhead and whole-model bf16 measured slower than fp32 (STACK-NOTES).
+BF16_MIN_PARAMS = 100_000_000
+_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_bf16_support(cpuinfo: str | None = None) -> tuple[bool, str]:
+    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX), and the evidence.
+
+    Reads the flags in /proc/cpuinfo; where that file does not exist (macOS, Windows) asks torch's own
+    probe. Without either instruction set bf16 arithmetic is emulated and slower than fp32.
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            cpuinfo = None
+    if cpuinfo is not None:
+        flags: set[str] = set()
+        for line in cpuinfo.splitlines():
+            if line.startswith("flags"):
+                flags.update(line.partition(":")[2].split())
+                break
+        found = [flag for flag in _BF16_CPU_FLAGS if flag in flags]
+        if found:
+            return True, f"CPU flags {', '.join(found)}"
+        return False, "no avx512_bf16 or amx_bf16 among the CPU flags"
     import torch
 
-    return torch.bfloat16 if device.type == "cuda" else torch.float32
+    probes = [
+        getattr(torch._C._cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    ]
+    if any(probe is not None and probe() for probe in probes):
+        return True, "torch reports AVX512-BF16 or AMX"
+    return False, "torch reports neither AVX512-BF16 nor AMX"
+
+
+def choose_dtype(
+    requested: str, device_type: str, target_params: int | None, bf16_native: tuple[bool, str]
+) -> tuple[str, str]:
+    """The dtype to run in ("fp32" or "bf16") and why. An explicit request wins; "auto" applies the rule:
+    bf16 on CUDA; on a CPU, bf16 only with native bf16 and a target of at least BF16_MIN_PARAMS."""
+    if requested not in DTYPE_NAMES:
+        raise ModelLoadError(f"dtype {requested!r} is not one of {', '.join(DTYPE_NAMES)}")
+    if requested != "auto":
+        return requested, f"{requested} requested"
+    if device_type == "cuda":
+        return "bf16", "CUDA device"
+    native, evidence = bf16_native
+    if not native:
+        return "fp32", f"{evidence}: bf16 would be emulated"
+    if target_params is not None and target_params < BF16_MIN_PARAMS:
+        return "fp32", f"{evidence}, but a {target_params / 1e6:.0f}M-parameter target is overhead-bound"
+    return "bf16", f"{evidence}: native bf16"
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    import torch
+
+    return {"fp32": torch.float32, "bf16": torch.bfloat16}[name]
 
 
 # Below this many target parameters a decode step is per-call overhead, not arithmetic: a second thread
@@ -169,22 +240,36 @@ def check_same_tokenizer(target: PreTrainedTokenizerBase, draft: PreTrainedToken
     )
 
 
+def default_draft(target: str | None) -> str | None:
+    """The draft used when none is named: the bundled one for the bundled target or a folder, none for a
+    catalog model (the bundled draft speaks another tokenizer)."""
+    from engine.catalog import CATALOG
+
+    return NO_DRAFT if target in CATALOG else None
+
+
 def load_pair(
     target: str | None = None,
     draft: str | None = None,
     device: str = "auto",
-    dtype: torch.dtype | None = None,
+    dtype: str = "auto",
     num_threads: int | None = None,
 ) -> ModelPair:
-    """Load target, draft and their shared tokenizer onto one device, ready for inference."""
+    """Load target, draft (unless "none") and their shared tokenizer onto one device, ready for inference."""
+    draft = draft if draft is not None else default_draft(target)
     target_source = resolve_model_path(target, "target")
-    draft_source = resolve_model_path(draft, "draft")
+    draft_source = None if draft == NO_DRAFT else resolve_model_path(draft, "draft")
     resolved_device = pick_device(device)
-    resolved_dtype = dtype if dtype is not None else default_dtype(resolved_device)
+    params = _target_params(target_source)
+    dtype_name, dtype_reason = choose_dtype(dtype, resolved_device.type, params, cpu_bf16_support())
+    resolved_dtype = torch_dtype(dtype_name)
     tokenizer = _load_tokenizer(target_source, "target")
-    check_same_tokenizer(tokenizer, _load_tokenizer(draft_source, "draft"))
+    if draft_source is not None:
+        check_same_tokenizer(tokenizer, _load_tokenizer(draft_source, "draft"))
     target_model = _load_model(target_source, "target", resolved_device, resolved_dtype)
-    draft_model = _load_model(draft_source, "draft", resolved_device, resolved_dtype)
+    draft_model = None
+    if draft_source is not None:
+        draft_model = _load_model(draft_source, "draft", resolved_device, resolved_dtype)
     if resolved_device.type == "cpu":
         configure_threads(num_threads, target_model.num_parameters())
     return ModelPair(
@@ -195,7 +280,44 @@ def load_pair(
         dtype=resolved_dtype,
         target_source=target_source,
         draft_source=draft_source,
+        dtype_reason=dtype_reason,
     )
+
+
+def _target_params(source: ModelSource) -> int | None:
+    """For the dtype rule; None when unknown (a hub id, unreadable weights: loading then names the problem)."""
+    if not source.is_local:
+        return None
+    try:
+        return safetensors_params(Path(source.location))
+    except Exception:  # a corrupt header: _load_model reports it with the path
+        return None
+
+
+def safetensors_params(folder: Path) -> int:
+    """Parameter count from the safetensors headers, without loading any weight."""
+    from safetensors import safe_open
+
+    params = 0
+    for weights in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(weights), framework="pt") as handle:
+            for name in handle.keys():  # noqa: SIM118 - safe_open is not a mapping
+                count = 1
+                for dim in handle.get_slice(name).get_shape():
+                    count *= dim
+                params += count
+    return params
+
+
+def special_tokens(folder: Path) -> list[str]:
+    """The tokenizer's special tokens as saved in its tokenizer.json (no tokenizer is built)."""
+    path = folder / "tokenizer.json"
+    if not path.is_file():
+        return []
+    added = json.loads(path.read_text(encoding="utf-8")).get("added_tokens", [])
+    return [
+        entry["content"] for entry in added if entry.get("special") and isinstance(entry.get("content"), str)
+    ]
 
 
 def describe_model(source: ModelSource) -> dict[str, Any]:
@@ -203,25 +325,16 @@ def describe_model(source: ModelSource) -> dict[str, Any]:
     info: dict[str, Any] = {"spec": source.spec, "location": source.location, "local": source.is_local}
     if not source.is_local:
         return info
-    from safetensors import safe_open
-
     folder = Path(source.location)
     info["bytes"] = sum(path.stat().st_size for path in folder.iterdir() if path.is_file())
-    params = 0
-    for weights in sorted(folder.glob("*.safetensors")):
-        with safe_open(str(weights), framework="pt") as handle:
-            for name in handle.keys():  # noqa: SIM118 - safe_open is not a mapping
-                shape = handle.get_slice(name).get_shape()
-                count = 1
-                for dim in shape:
-                    count *= dim
-                params += count
-    info["params"] = params
+    info["params"] = safetensors_params(folder)
     config_path = folder / "config.json"
     if config_path.is_file():
         config = json.loads(config_path.read_text(encoding="utf-8"))
         info["model_type"] = config.get("model_type")
         info["context_length"] = config.get("max_position_embeddings") or config.get("n_positions")
+        info["stored_dtype"] = config.get("dtype") or config.get("torch_dtype")
+    info["special_tokens"] = special_tokens(folder)
     return info
 
 

@@ -43,6 +43,7 @@ from engine.models import ModelPair, end_of_text_ids, load_pair
 from engine.speculative import PollingDecoder, speculative_generate
 
 if TYPE_CHECKING:
+    from engine.decoder import CausalDecoder
     from engine.drafters.plan import PlanningDrafter
 
 
@@ -55,17 +56,22 @@ class LocalEngine:
         draft: str | None = None,
         device: str = "auto",
         *,
+        dtype: str = "auto",
         pair: ModelPair | None = None,
         max_context: int | None = None,
     ) -> None:
-        self.pair = pair if pair is not None else load_pair(target, draft, device)
+        self.pair = pair if pair is not None else load_pair(target, draft, device, dtype)
         self.tokenizer = self.pair.tokenizer
-        window = min(context_length(self.pair.target), context_length(self.pair.draft))
+        models = [self.pair.target] if self.pair.draft is None else [self.pair.target, self.pair.draft]
+        window = min(context_length(model) for model in models)
         if max_context:
             window = min(window, max_context)
         self.window = window
         self.target = make_decoder(self.pair.target, window)
-        self.draft_decoder = make_decoder(self.pair.draft, window)
+        # None: no draft model shares the target's tokenizer; the copying drafters still run.
+        self.draft_decoder: CausalDecoder | None = None
+        if self.pair.draft is not None:
+            self.draft_decoder = make_decoder(self.pair.draft, window)
         self.eos_ids = end_of_text_ids(self.tokenizer, self.pair.target)
         self._lookup: tuple[tuple[str, ...], PromptLookupDrafter] | None = None
         self._hybrid_acceptance: dict[str, float] = {}  # per-drafter trust, learned across calls
@@ -80,12 +86,14 @@ class LocalEngine:
             (lambda logits: logits[-1, 0].item()) if self.pair.device.type == "cuda" else (lambda _: None)
         )
         self.target.crop(0)
-        self.draft_decoder.crop(0)
+        draft = self.draft_decoder
+        if draft is not None:
+            draft.crop(0)
         return measure_step_costs(
             self.target.forward,
             self.target.crop,
-            self.draft_decoder.forward,
-            self.draft_decoder.crop,
+            draft.forward if draft is not None else None,
+            draft.crop if draft is not None else None,
             window=self.window,
             synchronize=synchronize,
         )
@@ -94,7 +102,7 @@ class LocalEngine:
         return BackendInfo(
             name="local",
             target=self.pair.target_source.location,
-            draft=self.pair.draft_source.location,
+            draft=self.pair.draft_source.location if self.pair.draft_source is not None else None,
             special_tokens=tuple(self.tokenizer.all_special_tokens),
             context_length=self.window,
             device=str(self.pair.device),
@@ -157,7 +165,9 @@ class LocalEngine:
 
     def _build_drafter(self, request: CompletionRequest, cancel: CancelToken | None) -> Drafter:
         kind = request.drafter
-        model = self._model_drafter(request, cancel) if kind in ("model", "hybrid") else None
+        if kind == "model" and self.draft_decoder is None:
+            raise ValueError("drafter 'model' needs a draft model; this target runs without one (--draft)")
+        model = self._model_drafter(request, cancel) if kind in ("model", "hybrid", "stale") else None
         lookup = self._lookup_drafter(request.lookup_context) if kind in ("lookup", "hybrid") else None
         suffix_ids = self.encode(request.suffix) if request.suffix and kind in ("suffix", "hybrid") else []
         suffix = SuffixDrafter(suffix_ids, stop_ids=self.eos_ids) if suffix_ids else None
@@ -173,12 +183,14 @@ class LocalEngine:
             learned = self._hybrid_acceptance if request.seed is None else None
             return HybridDrafter(model=model, lookup=lookup, suffix=suffix, stale=stale, acceptance=learned)
         if kind == "stale":  # an earlier completion first, the draft model when it runs out
-            return HybridDrafter(model=self._model_drafter(request, cancel), stale=stale)
+            return HybridDrafter(model=model, stale=stale)
         chosen = single[kind]
         # "suffix" with an empty suffix has nothing to copy: the hybrid with no drafters drafts nothing.
         return chosen if chosen is not None else HybridDrafter()
 
-    def _model_drafter(self, request: CompletionRequest, cancel: CancelToken | None) -> ModelDrafter:
+    def _model_drafter(self, request: CompletionRequest, cancel: CancelToken | None) -> ModelDrafter | None:
+        if self.draft_decoder is None:
+            return None
         generator = None
         if request.temperature > 0:
             generator = torch.Generator(device=self.pair.device)

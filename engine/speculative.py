@@ -10,15 +10,25 @@ back to the context minus its new last token; rejected positions are simply forg
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from time import perf_counter
-from typing import Any
 
 import torch
 
-from engine.api import CancelToken, CompletionResult, DraftContext, DraftLengthPolicy, OnText
+from engine.api import (
+    CancelToken,
+    CompletionResult,
+    DraftContext,
+    DraftLengthPolicy,
+    EngineStats,
+    LearningDraftPolicy,
+    OnText,
+)
 from engine.costs import StepCosts
-from engine.decoder import CausalDecoder
+from engine.decoder import CausalDecoder, device_of
 from engine.drafters.base import Draft, Drafter
+from engine.drafters.forced import ForcedPrefixDrafter
+from engine.drafters.plan import DraftPlan, PlanningDrafter
 from engine.generation import (
     Decode,
     DecodeSettings,
@@ -26,7 +36,6 @@ from engine.generation import (
     TokenPicker,
     finish_result,
     fit_prompt,
-    new_stats,
     sync_cache,
 )
 from engine.healing import ForcedPrefix
@@ -84,45 +93,48 @@ def speculative_generate(
     before every draft and before every verify; a cancelled call returns what it has accepted, and the
     cache invariant holds after every round, so the next call is unaffected.
 
-    With `forced` (token healing), the first rounds draft the forced text's own spelling and verify it under
-    the same constraint as the plain loop; those rounds teach neither the drafter nor the policy.
+    With `forced` (token healing), the drafter is wrapped in a `ForcedPrefixDrafter`, whose first rounds
+    draft the forced text's own spelling, and every verify is constrained as in the plain loop
+    (`ForcedPrefix.constrain`); the spelling rounds teach neither the drafter nor the policy.
     """
     start = perf_counter()
     prompt_ids, dropped = fit_prompt(prompt_ids, target.max_length, settings.max_new_tokens)
     cancelled = (lambda: cancel.cancelled) if cancel is not None else (lambda: False)
+    if forced is not None:
+        drafter = ForcedPrefixDrafter(drafter, forced)
+    constrain = forced.constrain if forced is not None else _unconstrained
+    learner = policy if isinstance(policy, LearningDraftPolicy) else None
     with torch.inference_mode():
         # 1. Prefill: reuse the cached prefix shared with the previous call, feed only the new tokens.
         reused = sync_cache(target, prompt_ids)
         prefilled = perf_counter()
-        stats = new_stats(len(prompt_ids), reused, dropped)
-        picker = TokenPicker(settings, getattr(target, "device", "cpu"))
+        stats = EngineStats(len(prompt_ids), reused, dropped)
+        picker = TokenPicker(settings, device_of(target))
         output = OutputTracker(settings, decode, on_text, forced.text if forced is not None else "")
         context = list(prompt_ids)
-        policy_observe = getattr(policy, "observe", None)
         while output.finish is None:
-            # 2. Size this round's draft: the drafter says what it can offer, the policy picks k.
+            # 2. Size this round's draft: the drafter says what it can offer, the policy picks k (unless the
+            #    drafter fixed it: a forced prefix's spelling).
             if cancelled():
                 break
             room = min(output.remaining - 1, target.max_length - len(context))
-            healing = forced if forced is not None and forced.active else None
-            if healing is not None:
-                k = room
-                draft = Draft(healing.lead_ids(), None, "forced")
+            plan = _plan(drafter, context)
+            sized_by_policy = plan.length is None
+            if plan.length is None:
+                k = min(_draft_length(plan, policy, context, output, decode, step_costs), room)
             else:
-                k = min(_draft_length(drafter, policy, context, output, decode, step_costs), room)
-                # 3. Draft; a draft model polls the cancel token before each of its steps (`PollingDecoder`).
-                try:
-                    draft = drafter.propose(context, k) if k > 0 else Draft([], None, "none")
-                except DraftCancelled:
-                    break
+                k = min(plan.length, room)
+            # 3. Draft; a draft model polls the cancel token before each of its steps (`PollingDecoder`).
+            try:
+                draft = drafter.propose(context, k) if k > 0 else Draft([], None, "none")
+            except DraftCancelled:
+                break
             draft_ids = draft.token_ids[: max(0, k)]
             if cancelled():
                 break
-            # 4. Verify every draft in ONE target forward: k + 1 rows of logits.
-            logits = target.forward([context[-1], *draft_ids])
-            if forced is not None:  # also the round after the spelling, when the token after it is checked
-                logits = forced.constrain(logits, draft_ids)
-            stats["target_forwards"] += 1
+            # 4. Verify every draft in ONE target forward: k + 1 rows of logits, under any constraint.
+            logits = constrain(target.forward([context[-1], *draft_ids]), draft_ids)
+            stats.target_forwards += 1
             # 5. Accept: greedy prefix match, or Leviathan Alg. 1 with the drafter's q (one-hot when None).
             if settings.greedy:
                 accepted, next_token = greedy_accept(draft_ids, logits)
@@ -131,24 +143,16 @@ def speculative_generate(
                 accepted, next_token = speculative_sample_accept(
                     draft_ids, draft_probs, picker.warp(logits), picker.generator
                 )
-            # 6. Roll back: keep the pending token and the accepted drafts; tell the drafter.
+            # 6. Roll back: keep the pending token and the accepted drafts; tell the drafter and the policy
+            #    that sized the draft (a round it did not size is counted apart).
             target.crop(len(context) + accepted)
             new_tokens = [*draft_ids[:accepted], next_token]
             context.extend(new_tokens)
             used = draft.drafter or drafter.name
-            # A forced prefix's spelling is not a guess of any drafter: it is counted apart.
-            _count_round(stats, used, len(draft_ids), accepted, in_totals=healing is None)
-            if healing is not None:
-                spelled = healing.advance(new_tokens)
-                skip_typed = getattr(drafter, "skip_typed", None)  # copying drafters re-align on the text
-                if not healing.active and skip_typed is not None:
-                    skip_typed(healing.overshoot, len(context) - len(new_tokens) + spelled)
-            else:
-                if forced is not None:
-                    forced.advance(new_tokens)
-                drafter.observe(context, accepted, len(draft_ids))
-                if policy_observe is not None:  # adaptive policies learn from each round
-                    policy_observe(used, len(draft_ids), accepted)
+            stats.count_round(used, len(draft_ids), accepted, in_totals=sized_by_policy)
+            drafter.observe(context, accepted, len(draft_ids))
+            if learner is not None and sized_by_policy:
+                learner.observe(used, len(draft_ids), accepted)
             # 7. Stream the accepted text and apply the stop rules (EOS, length, stop strings, callback).
             output.extend(new_tokens)
         if output.finish is None:
@@ -163,39 +167,31 @@ def speculative_generate(
     )
 
 
+def _unconstrained(logits: torch.Tensor, path: Sequence[int]) -> torch.Tensor:
+    return logits
+
+
+def _plan(drafter: Drafter, context: list[int]) -> DraftPlan:
+    """What the drafter will offer this round (planning drafters say which of them, and if it is free)."""
+    if isinstance(drafter, PlanningDrafter):
+        return drafter.plan(context)
+    return DraftPlan(drafter.name, copy_found=False)
+
+
 def _draft_length(
-    drafter: Drafter,
+    plan: DraftPlan,
     policy: DraftLengthPolicy,
     context: list[int],
     output: OutputTracker,
     decode: Decode,
     step_costs: StepCosts | None,
 ) -> int:
-    plan = getattr(drafter, "plan", None)  # planning drafters say which of them will propose, and if free
-    name, copy_found, match_len = drafter.name, False, 0
-    if plan is not None:
-        decided = plan(context)
-        name, copy_found, match_len = decided.drafter, decided.copy_found, decided.match_len
     ctx = DraftContext(
         text_before=decode(context[-CONTEXT_CHARS // 3 :])[-CONTEXT_CHARS:],
         generated=output.text,
-        drafter=name,
-        copy_found=copy_found,
+        drafter=plan.drafter,
+        copy_found=plan.copy_found,
         step_costs=step_costs,
-        match_len=match_len,
+        match_len=plan.match_len,
     )
     return max(0, int(policy.max_draft_tokens(ctx)))
-
-
-def _count_round(stats: dict[str, Any], drafter: str, drafted: int, accepted: int, in_totals: bool) -> None:
-    per = stats["per_drafter"].setdefault(drafter, {"rounds": 0, "drafted": 0, "accepted": 0})
-    per["rounds"] += 1
-    per["drafted"] += drafted
-    per["accepted"] += accepted
-    if not in_totals:
-        return
-    stats["drafted"] += drafted
-    stats["accepted"] += accepted
-    histogram: list[int] = stats["accepted_histogram"]
-    histogram.extend([0] * (accepted + 1 - len(histogram)))
-    histogram[accepted] += 1

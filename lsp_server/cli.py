@@ -16,6 +16,7 @@ SUBCOMMANDS: dict[str, str] = {
     "info": "show the resolved model pair",
     "doctor": "check the environment and say how to fix what is wrong",
     "export": "export the bundled pair (gguf)",
+    "pull": "download and convert a named model once (smollm2-135m)",
 }
 
 

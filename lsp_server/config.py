@@ -17,6 +17,8 @@ from engine.api import DRAFTERS
 from lsp_server.context import ContextSettings
 
 BACKENDS = ("local", "openai", "fake")
+# auto: bf16 where the CPU computes it natively (engine.models.choose_dtype)
+DTYPES = ("auto", "fp32", "bf16")
 
 
 @dataclass(frozen=True)
@@ -33,9 +35,10 @@ class FakeSettings:
 @dataclass(frozen=True)
 class ServerSettings:
     backend: str = "local"
-    target: str | None = None  # None = the bundled target
-    draft: str | None = None  # None = the bundled draft
+    target: str | None = None  # None = the bundled target; a folder, a hub id or a pulled name (smollm2-135m)
+    draft: str | None = None  # None = the target's default draft; "none" = no draft model
     device: str = "auto"
+    dtype: str = "auto"
     endpoint: str | None = None  # remote backend base URL
     remote_model: str | None = None
     api_key_env: str = "SPECLS_API_KEY"  # name of the environment variable that holds the key
@@ -54,6 +57,7 @@ class ServerSettings:
             self.target,
             self.draft,
             self.device,
+            self.dtype,
             self.endpoint,
             self.remote_model,
             self.api_key_env,
@@ -128,6 +132,7 @@ _FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "target": ("target", _optional_string),
     "draft": ("draft", _optional_string),
     "device": ("device", _string),
+    "dtype": ("dtype", _choice(DTYPES)),
     "endpoint": ("endpoint", _optional_string),
     "remoteModel": ("remote_model", _optional_string),
     "apiKeyEnv": ("api_key_env", _string),

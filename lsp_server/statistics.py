@@ -9,18 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.api import CompletionResult
-
-# Engine stats summed over the session (the rest are kept only for the last completion).
-ENGINE_TOTAL_KEYS = (
-    "target_forwards",
-    "drafted",
-    "accepted",
-    "prompt_tokens",
-    "reused_prompt_tokens",
-    "new_tokens",
-    "forced_tokens",
-)
+from engine.api import SUMMED_STATS, CompletionResult
 
 
 def percentile(values: Sequence[float], p: float) -> float | None:
@@ -65,7 +54,7 @@ class Statistics:
     def record_engine(self, result: CompletionResult) -> None:
         self.last_finish_reason = result.finish_reason
         self.last_engine_stats = dict(result.stats)
-        for key in ENGINE_TOTAL_KEYS:
+        for key in SUMMED_STATS:
             value = result.stats.get(key)
             if isinstance(value, int | float):
                 self.engine_totals[key] += int(value)

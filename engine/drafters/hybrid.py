@@ -4,7 +4,7 @@ produce, so they go first when they match; the draft model fills in when nothing
 from __future__ import annotations
 
 from engine.drafters.base import Draft
-from engine.drafters.plan import DraftPlan, PlanningDrafter
+from engine.drafters.plan import DraftPlan, PlanningDrafter, RealigningDrafter
 
 
 class HybridDrafter:
@@ -92,12 +92,11 @@ class HybridDrafter:
         draft.drafter = drafter.name
         return draft
 
-    def skip_typed(self, overshoot: str, context_len: int) -> None:
+    def realign(self, overshoot: str, context_len: int) -> None:
         """Token healing ended past the cursor: pass it on to the copying drafters that align on text."""
         for drafter in self.copiers:
-            skip_typed = getattr(drafter, "skip_typed", None)
-            if skip_typed is not None:
-                skip_typed(overshoot, context_len)
+            if isinstance(drafter, RealigningDrafter):
+                drafter.realign(overshoot, context_len)
 
     def observe(self, context_ids: list[int], num_accepted: int, num_drafted: int) -> None:
         drafter, self._used = self._used, None

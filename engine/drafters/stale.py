@@ -20,7 +20,7 @@ class StaleCompletionDrafter:
     so the whole completion is proposed from its start.
 
     With token healing the typed word is generated again, and its last token may run past the cursor
-    ("subprocess" for a typed "subp"): `skip_typed` then re-encodes the completion's text after that overshoot,
+    ("subprocess" for a typed "subp"): `realign` then re-encodes the completion's text after that overshoot,
     so its tokens start on the context's token boundary (needs `text` and `encode`).
     """
 
@@ -45,7 +45,7 @@ class StaleCompletionDrafter:
         self._prompt_len: int | None = None  # context length at the first round
         self._progress = 0  # completion position aligned last time; alignment prefers to move forward
 
-    def skip_typed(self, overshoot: str, context_len: int) -> None:
+    def realign(self, overshoot: str, context_len: int) -> None:
         """The forced prefix ended `overshoot` past the cursor, when the context had `context_len` tokens."""
         if self.encode is None or not self.text.startswith(overshoot):
             return  # no text to re-encode, or the earlier completion disagrees with what was generated

@@ -24,7 +24,7 @@ def create_backend(settings: ServerSettings) -> CompletionBackend:
         from engine.service import LocalEngine  # type: ignore[import-not-found,unused-ignore]
 
         local: CompletionBackend = LocalEngine(
-            target=settings.target, draft=settings.draft, device=settings.device
+            target=settings.target, draft=settings.draft, device=settings.device, dtype=settings.dtype
         )
         return local
     raise ValueError(f"unknown backend {settings.backend!r}")

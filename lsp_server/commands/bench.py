@@ -9,10 +9,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from lsp_server.commands.model_args import add_model_arguments
+
 
 def _model_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", help="target model: a local folder or hub id (default: bundled)")
-    parser.add_argument("--draft", help="draft model: a local folder or hub id (default: bundled)")
+    add_model_arguments(parser)
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, ... (default: auto)")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: up to 8)")
     parser.add_argument("--out", type=Path, default=Path("bench/results"), help="results folder")
@@ -43,7 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     throughput.add_argument(
         "--methods",
         help="comma-separated subset of: autoregressive, speculative-model, speculative-lookup, "
-        "speculative-suffix, speculative-hybrid, hf-greedy, hf-assisted, hf-prompt-lookup (default: all)",
+        "speculative-suffix, speculative-hybrid, hf-greedy, hf-assisted, hf-prompt-lookup, llama-server, "
+        "llama-server-ngram-simple, llama-server-ngram-mod (default: all that can run)",
     )
     throughput.add_argument(
         "--draft-policy",
@@ -52,7 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="syntax (the server's), adaptive (the engine's default) or a fixed length (default: syntax)",
     )
     throughput.add_argument(
-        "--stop-at-eos", action="store_true", help="stop at end-of-text (default: ignore)"
+        "--ignore-eos",
+        action="store_true",
+        help="generate --max-new-tokens past end-of-text: a steady-state row, not the headline "
+        "(default: natural stops)",
     )
     _model_arguments(throughput)
 
@@ -101,8 +106,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=JSON",
         help="a server setting as initializationOptions, e.g. --setting maxNewTokens=32 (repeatable)",
     )
-    keys.add_argument("--target", help="target model: a local folder or hub id (default: bundled)")
-    keys.add_argument("--draft", help="draft model: a local folder or hub id (default: bundled)")
+    add_model_arguments(keys, dtype_default=None)
     keys.add_argument("--device", help="auto, cpu, cuda, ... (default: the server's)")
     keys.add_argument("--threads", type=_positive, help="torch CPU threads of the server (OMP_NUM_THREADS)")
     keys.add_argument("--out", type=Path, default=Path("bench/results"), help="results folder")
@@ -149,15 +153,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _throughput(args: argparse.Namespace) -> int:
-    from bench.throughput import METHODS, ThroughputConfig, run_throughput, write_report
+    from bench.throughput import ALL_METHODS, ThroughputConfig, run_throughput, write_report
 
-    methods = METHODS
+    methods = ALL_METHODS
     if args.methods:
         methods = tuple(name.strip() for name in args.methods.split(",") if name.strip())
-        unknown = [name for name in methods if name not in METHODS]
+        unknown = [name for name in methods if name not in ALL_METHODS]
         if unknown:
             print(
-                f"specls bench: unknown methods {unknown}; choose from {', '.join(METHODS)}", file=sys.stderr
+                f"specls bench: unknown methods {unknown}; choose from {', '.join(ALL_METHODS)}",
+                file=sys.stderr,
             )
             return 2
         if "autoregressive" not in methods:
@@ -168,11 +173,12 @@ def _throughput(args: argparse.Namespace) -> int:
         target=args.target,
         draft=args.draft,
         device=args.device,
+        dtype=args.dtype,
         threads=args.threads,
         repeats=args.repeats,
         methods=methods,
         draft_policy=args.draft_policy,
-        stop_at_eos=args.stop_at_eos,
+        stop_at_eos=not args.ignore_eos,
         out=args.out,
         tag=_results_tag(args),
     )
@@ -192,6 +198,7 @@ def _draft_length(args: argparse.Namespace) -> int:
         target=args.target,
         draft=args.draft,
         device=args.device,
+        dtype=args.dtype,
         threads=args.threads,
         repeats=args.repeats,
         stop_at_eos=args.stop_at_eos,
@@ -234,6 +241,7 @@ def _keystrokes(args: argparse.Namespace) -> int:
         target=args.target,
         draft=args.draft,
         device=args.device,
+        dtype=args.dtype,
         threads=args.threads,
         endpoint=args.endpoint,
         remote_model=args.remote_model,

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from lsp_server.commands.model_args import add_model_arguments
+
 if TYPE_CHECKING:
     from lsp_server.demo.replay import KeyEvent, Replay
 
@@ -70,8 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="local",
         help="local: the target/draft pair in the server process (default); openai: a remote endpoint",
     )
-    model.add_argument("--target", help="target model: a local folder or hub id (default: bundled)")
-    model.add_argument("--draft", help="draft model: a local folder or hub id (default: bundled)")
+    add_model_arguments(model, dtype_default=None)
     model.add_argument("--device", help="auto, cpu, cuda, ... (default: auto)")
     model.add_argument("--endpoint", help="OpenAI-compatible base URL (with --backend openai)")
     model.add_argument("--model", dest="remote_model", help="model name at the endpoint")
@@ -83,7 +84,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def server_args(args: argparse.Namespace) -> list[str]:
     flags = [("--backend", args.backend), ("--target", args.target), ("--draft", args.draft)]
-    flags += [("--device", args.device), ("--endpoint", args.endpoint), ("--model", args.remote_model)]
+    flags += [("--device", args.device), ("--dtype", args.dtype)]
+    flags += [("--endpoint", args.endpoint), ("--model", args.remote_model)]
     flags += [("--fake-rules", args.fake_rules), ("--fake-token-delay-ms", args.fake_token_delay_ms)]
     return [part for flag, value in flags if value is not None for part in (flag, value)]
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from lsp_server.commands.model_args import add_model_arguments
+
 Status = Literal["ok", "warn", "fail", "skip"]
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # The versions this release is tested with, when no installed metadata or pyproject.toml says otherwise.
@@ -53,8 +55,7 @@ class Check:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", help="target model: a local folder or hub id (default: bundled)")
-    parser.add_argument("--draft", help="draft model: a local folder or hub id (default: bundled)")
+    add_model_arguments(parser)
     parser.add_argument("--device", default="auto", help="the device the server would use (default: auto)")
     parser.add_argument("--no-server", action="store_true", help="skip starting the server")
     parser.add_argument(
@@ -79,13 +80,17 @@ def run(args: argparse.Namespace) -> int:
     report("torch", lambda: check_torch(args.device))
     report("versions", lambda: check_versions(pinned_requirements()))
     report("model pair", lambda: check_model_pair(args.target, args.draft))
+    report("dtype", lambda: check_dtype(args.target, args.device, args.dtype))
     report("tree-sitter grammars", check_grammars)
     if args.no_server:
         report("server", lambda: [Check("server", "skip", "not started (--no-server)")])
     elif any(check.status == "fail" for check in checks):
         report("server", lambda: [Check("server", "skip", "not started: fix the problems above first")])
     else:
-        report("server", lambda: check_server(args.target, args.draft, args.device, args.server_timeout))
+        report(
+            "server",
+            lambda: check_server(args.target, args.draft, args.device, args.server_timeout, args.dtype),
+        )
     problems = sum(check.status == "fail" for check in checks)
     warnings = sum(check.status == "warn" for check in checks)
     if problems:
@@ -202,12 +207,24 @@ def check_versions(wanted: dict[str, str]) -> list[Check]:
 
 def check_model_pair(target: str | None, draft: str | None) -> list[Check]:
     """Each model's folder and size, then whether the two speak the same tokens and carry FIM tokens."""
-    from engine.models import ModelLoadError, Role, check_model_folder, describe_model, resolve_model_path
+    from engine.models import (
+        NO_DRAFT,
+        ModelLoadError,
+        Role,
+        check_model_folder,
+        default_draft,
+        describe_model,
+        resolve_model_path,
+    )
 
     checks: list[Check] = []
     sources = {}
     roles: tuple[Role, ...] = ("target", "draft")
+    draft = draft if draft is not None else default_draft(target)
     for role, spec in zip(roles, (target, draft), strict=True):
+        if role == "draft" and spec == NO_DRAFT:
+            checks.append(Check("draft model", "ok", "none: lookup, suffix and stale drafting only"))
+            continue
         try:
             source = resolve_model_path(spec, role)
             if source.is_local:
@@ -231,6 +248,10 @@ def check_model_pair(target: str | None, draft: str | None) -> list[Check]:
         checks.append(Check(f"{role} model", "ok", detail))
     if len(sources) == 2 and all(source.is_local for source in sources.values()):
         checks.extend(check_tokenizers(sources["target"].location, sources["draft"].location))
+    elif draft == NO_DRAFT and "target" in sources and sources["target"].is_local:
+        from engine.models import special_tokens
+
+        checks.append(check_fim(tuple(special_tokens(Path(sources["target"].location)))))
     elif len(sources) < 2:
         checks.append(Check("tokenizers", "skip", "needs both models"))
     return checks
@@ -251,7 +272,6 @@ def check_tokenizers(target_dir: str, draft_dir: str) -> list[Check]:
     from transformers import AutoTokenizer
 
     from engine.models import ModelLoadError, check_same_tokenizer
-    from lsp_server.context.fim import detect_fim_template
 
     try:
         target = AutoTokenizer.from_pretrained(target_dir)
@@ -281,19 +301,44 @@ def check_tokenizers(target_dir: str, draft_dir: str) -> list[Check]:
                 f"target outputs {sizes[0]} logits, draft {sizes[1]}; only the shared ids can be proposed",
             )
         )
-    template = detect_fim_template(tuple(target.all_special_tokens))
-    if template is None:
-        checks.append(
-            Check(
-                "fill-in-the-middle",
-                "warn",
-                "the tokenizer has no FIM tokens: completions will ignore the text after the cursor",
-                "use a code model trained with FIM (the bundled pair, Qwen2.5-Coder, StarCoder2, ...)",
-            )
-        )
-    else:
-        checks.append(Check("fill-in-the-middle", "ok", f"{template.name} template"))
+    checks.append(check_fim(tuple(target.all_special_tokens)))
     return checks
+
+
+def check_fim(special_tokens: tuple[str, ...]) -> Check:
+    from lsp_server.context.fim import detect_fim_template
+
+    template = detect_fim_template(special_tokens)
+    if template is None:
+        return Check(
+            "fill-in-the-middle",
+            "warn",
+            "the tokenizer has no FIM tokens: prompts are prefix-only; the text after the cursor still "
+            "drives the stop rules",
+            "for fill-in-the-middle use a code model trained with FIM (the bundled pair, Qwen2.5-Coder, ...)",
+        )
+    return Check("fill-in-the-middle", "ok", f"{template.name} template")
+
+
+def check_dtype(target: str | None, device: str, requested: str) -> list[Check]:
+    """The precision the server would run in, and the evidence for it (CPU flags, model size)."""
+    from engine.models import (
+        choose_dtype,
+        cpu_bf16_support,
+        pick_device,
+        resolve_model_path,
+        safetensors_params,
+    )
+
+    source = resolve_model_path(target, "target")
+    params = safetensors_params(Path(source.location)) if source.is_local else None
+    name, reason = choose_dtype(requested, pick_device(device).type, params, cpu_bf16_support())
+    lossless = "greedy speculative output is token-identical to plain decoding"
+    if name == "bf16":
+        lossless = (
+            "greedy speculative output may differ from plain decoding only at near-ties (--dtype fp32: never)"
+        )
+    return [Check("dtype", "ok", f"{name} ({reason}); {lossless}")]
 
 
 # --- grammars ---
@@ -332,8 +377,10 @@ def check_grammars() -> list[Check]:
 # --- the server itself ---
 
 
-def check_server(target: str | None, draft: str | None, device: str, timeout_s: float) -> list[Check]:
-    server_args = ["--backend", "local", "--device", device]
+def check_server(
+    target: str | None, draft: str | None, device: str, timeout_s: float, dtype: str = "auto"
+) -> list[Check]:
+    server_args = ["--backend", "local", "--device", device, "--dtype", dtype]
     server_args += [
         part for flag, value in (("--target", target), ("--draft", draft)) if value for part in (flag, value)
     ]

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from lsp_server.commands.model_args import add_model_arguments
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt-file", required=True, help="text before the cursor (the whole prompt)")
@@ -16,8 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--mode", choices=("speculative", "autoregressive"), default="speculative")
     parser.add_argument("--drafter", choices=("hybrid", "model", "lookup", "suffix"), default="hybrid")
-    parser.add_argument("--target", help="target model: a local folder or hub id (default: bundled)")
-    parser.add_argument("--draft", help="draft model: a local folder or hub id (default: bundled)")
+    add_model_arguments(parser)
     parser.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
     parser.add_argument("--top-k", type=int, default=0)
     parser.add_argument("--top-p", type=float, default=1.0)
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     prefix = _read(args.prompt_file, "prompt")
     suffix = _read(args.suffix_file, "suffix") if args.suffix_file else ""
     try:
-        engine = LocalEngine(target=args.target, draft=args.draft, device=args.device)
+        engine = LocalEngine(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype)
     except ModelLoadError as exc:
         print(f"specls generate: {exc}", file=sys.stderr)
         return 2

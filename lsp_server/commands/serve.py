@@ -7,6 +7,8 @@ import json
 import logging
 from typing import Any
 
+from lsp_server.commands.model_args import add_model_arguments
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     transport = parser.add_argument_group("transport")
@@ -17,8 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     transport.add_argument("--port", type=int, default=2087, help="TCP port (default: 2087)")
     model = parser.add_argument_group("model (overrides the editor's settings)")
     model.add_argument("--backend", choices=("local", "openai", "fake"))
-    model.add_argument("--target", help="target model: a local folder or hub id (default: bundled)")
-    model.add_argument("--draft", help="draft model: a local folder or hub id (default: bundled)")
+    add_model_arguments(model, dtype_default=None)
     model.add_argument("--device", help="auto, cpu, cuda, ...")
     model.add_argument("--endpoint", help="OpenAI-compatible base URL (with --backend openai)")
     model.add_argument("--model", dest="remote_model", help="model name at the endpoint")
@@ -40,6 +41,7 @@ def cli_settings(args: argparse.Namespace) -> dict[str, Any]:
         ("target", "target"),
         ("draft", "draft"),
         ("device", "device"),
+        ("dtype", "dtype"),
         ("endpoint", "endpoint"),
         ("remote_model", "remoteModel"),
     ):

@@ -202,7 +202,7 @@ def test_stale_re_encodes_what_follows_a_healed_word_that_ran_past_the_cursor() 
     earlier_text = "rocess.Popen("  # the earlier suggestion's remainder after the typed "p"
     drafter = StaleCompletionDrafter(_encode_pieces(earlier_text), text=earlier_text, encode=_encode_pieces)
     context = [*PROMPT, 3]  # the prompt, then " subprocess"
-    drafter.skip_typed("rocess", len(context))
+    drafter.realign("rocess", len(context))
     assert drafter.propose(context, 32).token_ids == [4, 5, 7]  # ".Popen(", on the context's token boundary
     assert drafter.propose([*context, 4], 32).token_ids == [5, 7]  # the same round also took "."
 
@@ -211,7 +211,7 @@ def test_stale_keeps_its_tokens_when_the_overshoot_disagrees_or_there_is_none() 
     earlier_text = "rocess.Popen("
     ids = _encode_pieces(earlier_text)
     drafter = StaleCompletionDrafter(ids, text=earlier_text, encode=_encode_pieces)
-    drafter.skip_typed("xyz", len(PROMPT))  # the generated word is not the earlier suggestion's
+    drafter.realign("xyz", len(PROMPT))  # the generated word is not the earlier suggestion's
     assert drafter.completion == ids
-    drafter.skip_typed("", len(PROMPT))  # the spelling ended on the cursor: the remainder starts right there
+    drafter.realign("", len(PROMPT))  # the spelling ended on the cursor: the remainder starts right there
     assert drafter.propose(PROMPT, 32).token_ids == ids

@@ -150,3 +150,18 @@ def test_acceptance_by_context_counts_held_drafts() -> None:
     assert indentation["rounds"] == 2 and indentation["acceptance"] == pytest.approx(9 / 12)
     assert indentation["held_at_least"] == {"2": 0.5, "4": 0.5, "8": 1.0, "16": None, "32": None}
     assert table["model / statement-start"]["held_at_least"]["2"] == 0.0
+
+
+def test_repetition_share_counts_tokens_inside_an_ngram_seen_before() -> None:
+    from bench.metrics import repetition_share
+
+    assert repetition_share([]) == 0.0
+    assert repetition_share(list(range(20))) == 0.0  # never repeats
+    # 1 2 3 4 1 2 3 4: the second 4-gram "1 2 3 4" repeats the first, so its 4 tokens count.
+    assert repetition_share([1, 2, 3, 4, 1, 2, 3, 4]) == 0.5
+    # a loop: everything after the first period is a repeat
+    loop = [7, 8, 9] * 10
+    assert repetition_share(loop) == (len(loop) - 3) / len(loop)
+    assert repetition_share([1, 2, 3, 1, 2, 3], n=3) == 0.5
+    with pytest.raises(ValueError):
+        repetition_share([1], n=0)

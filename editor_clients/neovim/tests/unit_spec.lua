@@ -29,8 +29,10 @@ tests['first_item: inline list, bare array, completion edit, nothing'] = functio
   eq(suggestion.first_item({ items = { { insertText = 'abc', command = cmd } } }).text, 'abc')
   eq(suggestion.first_item({ { insertText = { kind = 'snippet', value = 'xyz' } } }).text, 'xyz')
   local range = { start = { line = 0, character = 2 }, ['end'] = { line = 0, character = 4 } }
-  local item = suggestion.first_item({ isIncomplete = true, items = { { label = 'ret', textEdit = { range = range,
-    newText = 'return x' }, command = cmd } } })
+  local item = suggestion.first_item({
+    isIncomplete = true,
+    items = { { label = 'ret', textEdit = { range = range, newText = 'return x' }, command = cmd } },
+  })
   eq(item, { text = 'return x', range = range, command = cmd })
   eq(suggestion.first_item({ items = {} }), nil)
   eq(suggestion.first_item(nil), nil)
@@ -39,7 +41,10 @@ end
 tests['ghost_for: drops what is typed, rejects what no longer fits'] = function()
   local range = { start = { line = 0, character = 4 }, ['end'] = { line = 0, character = 7 } }
   eq(suggestion.ghost_for({ text = 'return a' }, '    ret', 7, 'utf-16'), { text = 'return a', end_col = 7 })
-  eq(suggestion.ghost_for({ text = 'return a', range = range }, '    ret', 7, 'utf-16'), { text = 'urn a', end_col = 7 })
+  eq(
+    suggestion.ghost_for({ text = 'return a', range = range }, '    ret', 7, 'utf-16'),
+    { text = 'urn a', end_col = 7 }
+  )
   eq(suggestion.ghost_for({ text = 'print(x)', range = range }, '    ret', 7, 'utf-16'), nil)
   eq(suggestion.ghost_for({ text = 'ret', range = range }, '    ret', 7, 'utf-16'), nil)
 end
@@ -68,8 +73,12 @@ tests['config: defaults, overrides, and bad values fall back with a message'] = 
   local resolved, problems = config.resolve(nil)
   eq(resolved.keymaps.accept, '<Tab>')
   eq(problems, {})
-  resolved, problems = config.resolve({ keymaps = { accept = '<C-y>', dismiss = false }, settings = { device = 'cpu' } })
-  eq({ resolved.keymaps.accept, resolved.keymaps.dismiss, resolved.keymaps.accept_word }, { '<C-y>', false, '<M-Right>' })
+  resolved, problems =
+    config.resolve({ keymaps = { accept = '<C-y>', dismiss = false }, settings = { device = 'cpu' } })
+  eq(
+    { resolved.keymaps.accept, resolved.keymaps.dismiss, resolved.keymaps.accept_word },
+    { '<C-y>', false, '<M-Right>' }
+  )
   eq(resolved.settings, { device = 'cpu' })
   eq(problems, {})
   resolved, problems = config.resolve({ debounce_ms = 'soon', cmd = {}, colour = 'red', use_builtin = 'yes' })

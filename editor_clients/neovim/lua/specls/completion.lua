@@ -5,6 +5,28 @@ local position = require('specls.position')
 local server = require('specls.server')
 local suggestion = require('specls.suggestion')
 
+---@class specls.Request
+---@field client_id integer
+---@field id integer?
+---@field tick integer
+---@field row integer
+---@field col integer
+---@field encoding string
+
+---@class specls.Shown
+---@field text string
+---@field row integer
+---@field col integer
+---@field end_col integer
+---@field id string? the suggestion id (argument of its specls.accept command)
+---@field command lsp.Command?
+---@field accepted_length integer
+---@field tick integer?
+---@field from_completion boolean?
+
+---@class specls.BufferState
+---@field request specls.Request?
+---@field suggestion specls.Shown?
 local M = {
   hl_group = 'SpeclsGhostText',
   -- Set when the server does not know textDocument/inlineCompletion: use textDocument/completion.
@@ -14,16 +36,23 @@ local M = {
 local METHOD_NOT_FOUND = -32601
 local states = {} -- bufnr -> { request = {client_id, id, tick, row, col}?, suggestion = {...}? }
 
+---@param bufnr integer
+---@return specls.BufferState
 local function state(bufnr)
   states[bufnr] = states[bufnr] or {}
   return states[bufnr]
 end
 
+---@return integer row 0-based
+---@return integer col byte column
 local function cursor()
   local row, col = unpack(vim.api.nvim_win_get_cursor(0))
   return row - 1, col
 end
 
+---@param bufnr integer
+---@param method string
+---@param params table
 local function notify(bufnr, method, params)
   local client = server.client()
   if client then
@@ -32,6 +61,8 @@ local function notify(bufnr, method, params)
   end
 end
 
+--- Cancel the request in flight, if any.
+---@param bufnr integer
 function M.cancel(bufnr)
   local st = state(bufnr)
   local request = st.request
@@ -45,6 +76,8 @@ function M.cancel(bufnr)
 end
 
 --- Remove the ghost text; `rejected` reports it to the server's statistics.
+---@param bufnr integer
+---@param rejected boolean
 function M.dismiss(bufnr, rejected)
   local st = state(bufnr)
   if st.suggestion and rejected and st.suggestion.id then
@@ -54,12 +87,19 @@ function M.dismiss(bufnr, rejected)
   ghost.clear(bufnr)
 end
 
+---@param bufnr integer
+---@param s specls.Shown
 local function show(bufnr, s)
   state(bufnr).suggestion = s
   s.tick = vim.api.nvim_buf_get_changedtick(bufnr)
   ghost.show(bufnr, s.row, s.col, s.text, M.hl_group)
 end
 
+---@param bufnr integer
+---@param request specls.Request
+---@param method string
+---@param err lsp.ResponseError?
+---@param result any
 local function on_answer(bufnr, request, method, err, result)
   local st = state(bufnr)
   if st.request == nil or st.request.id ~= request.id then
@@ -91,8 +131,10 @@ local function on_answer(bufnr, request, method, err, result)
   local command = item.command
   local id = command and command.command == 'specls.accept' and command.arguments and command.arguments[1]
   M.dismiss(bufnr, false)
-  show(bufnr, { text = fit.text, row = row, col = col, end_col = fit.end_col, id = id, command = command,
-    accepted_length = 0 })
+  show(
+    bufnr,
+    { text = fit.text, row = row, col = col, end_col = fit.end_col, id = id, command = command, accepted_length = 0 }
+  )
   if id and id ~= st.last_shown_id then
     st.last_shown_id = id
     notify(bufnr, 'specls/didShow', { suggestionId = id })
@@ -103,6 +145,7 @@ local function on_answer(bufnr, request, method, err, result)
 end
 
 --- Ask the server for a suggestion at the cursor (cancelling the one in flight).
+---@param bufnr integer
 function M.request(bufnr)
   M.cancel(bufnr)
   local client = server.client()
@@ -119,8 +162,13 @@ function M.request(bufnr)
     params.context = { triggerKind = 2 } -- Automatic: asked while typing
   end
   local row, col = cursor()
-  local request = { client_id = client.id, tick = vim.api.nvim_buf_get_changedtick(bufnr), row = row, col = col,
-    encoding = encoding }
+  local request = {
+    client_id = client.id,
+    tick = vim.api.nvim_buf_get_changedtick(bufnr),
+    row = row,
+    col = col,
+    encoding = encoding,
+  }
   local ok, id = client.request(method, params, function(err, result)
     on_answer(bufnr, request, method, err, result)
   end, bufnr)
@@ -131,6 +179,8 @@ function M.request(bufnr)
 end
 
 --- After an edit in insert mode: keep the ghost if the user typed what it predicted, else drop it.
+---@param bufnr integer
+---@return boolean?
 function M.on_text_changed(bufnr)
   local st = state(bufnr)
   local s = st.suggestion
@@ -154,6 +204,7 @@ function M.on_text_changed(bufnr)
 end
 
 --- The cursor moved without an edit: a suggestion left behind is dismissed.
+---@param bufnr integer
 function M.on_cursor_moved(bufnr)
   local s = state(bufnr).suggestion
   if s and s.tick == vim.api.nvim_buf_get_changedtick(bufnr) then
@@ -166,6 +217,9 @@ function M.on_cursor_moved(bufnr)
 end
 
 --- Insert all (or a word, or a line) of the suggestion. Returns false when there is nothing to accept.
+---@param bufnr integer
+---@param kind 'all'|'word'|'line'|nil
+---@return boolean
 function M.accept(bufnr, kind)
   local st = state(bufnr)
   local s = st.suggestion
@@ -190,8 +244,12 @@ function M.accept(bufnr, kind)
     ghost.clear(bufnr)
     local client = server.client()
     if client and s.command then
-      client.request('workspace/executeCommand', { command = s.command.command, arguments = s.command.arguments },
-        function() end, bufnr)
+      client.request(
+        'workspace/executeCommand',
+        { command = s.command.command, arguments = s.command.arguments },
+        function() end,
+        bufnr
+      )
     end
     if s.id then
       notify(bufnr, 'specls/didAccept', { suggestionId = s.id })
@@ -207,10 +265,15 @@ function M.accept(bufnr, kind)
   return true
 end
 
+--- The suggestion shown in `bufnr`, if any.
+---@param bufnr integer
+---@return specls.Shown?
 function M.current(bufnr)
   return state(bufnr).suggestion
 end
 
+--- Drop everything about `bufnr` (it was unloaded).
+---@param bufnr integer
 function M.forget(bufnr)
   M.cancel(bufnr)
   states[bufnr] = nil

@@ -2,6 +2,23 @@
 -- warning, so one typo never disables the plugin.
 local M = {}
 
+---@class specls.Keymaps
+---@field accept string|false
+---@field accept_word string|false
+---@field accept_line string|false
+---@field dismiss string|false
+
+---@class specls.Config
+---@field cmd string[] how to start the server
+---@field settings table<string, any> server settings, sent as initializationOptions
+---@field filetypes string[]? nil: every normal file buffer
+---@field auto_trigger boolean
+---@field debounce_ms integer
+---@field keymaps specls.Keymaps
+---@field hl_group string
+---@field use_builtin boolean|'auto'
+
+---@type specls.Config
 M.defaults = {
   -- How to start the server; `specls serve` reads everything else from `settings`.
   cmd = { 'specls', 'serve' },
@@ -38,11 +55,17 @@ local expected = {
   hl_group = 'string',
 }
 
+---@generic T
+---@param value T
+---@return T
 local function copy(value)
   return type(value) == 'table' and vim.deepcopy(value) or value
 end
 
 --- Merge `user` over the defaults. Returns the config and a list of problems (each already fixed).
+---@param user table?
+---@return specls.Config config
+---@return string[] problems
 function M.resolve(user)
   local config = vim.deepcopy(M.defaults)
   local problems = {}
@@ -85,6 +108,8 @@ function M.resolve(user)
 end
 
 --- Whether Neovim's built-in inline completion should draw and accept suggestions.
+---@param config specls.Config
+---@return boolean
 function M.builtin_enabled(config)
   local available = vim.lsp.inline_completion ~= nil
   if config.use_builtin == 'auto' then

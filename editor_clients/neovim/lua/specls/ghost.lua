@@ -7,6 +7,12 @@ M.ns = vim.api.nvim_create_namespace('specls_ghost')
 local has_inline = vim.fn.has('nvim-0.10') == 1
 
 --- Draw `text` as ghost text at (row, col) (0-based, byte column). Returns the extmark id.
+---@param bufnr integer
+---@param row integer
+---@param col integer
+---@param text string
+---@param hl_group string
+---@return integer
 function M.show(bufnr, row, col, text, hl_group)
   M.clear(bufnr)
   local lines = vim.split(text, '\n', { plain = true })
@@ -35,6 +41,7 @@ function M.show(bufnr, row, col, text, hl_group)
   return vim.api.nvim_buf_set_extmark(bufnr, M.ns, row, col, opts)
 end
 
+---@param bufnr integer
 function M.clear(bufnr)
   if vim.api.nvim_buf_is_valid(bufnr) then
     vim.api.nvim_buf_clear_namespace(bufnr, M.ns, 0, -1)
@@ -42,6 +49,9 @@ function M.clear(bufnr)
 end
 
 --- The ghost text currently drawn in `bufnr` (by the plugin, or in namespace `ns`), as {row, col, text}.
+---@param bufnr integer
+---@param ns integer?
+---@return { row: integer, col: integer, text: string }?
 function M.get(bufnr, ns)
   local marks = vim.api.nvim_buf_get_extmarks(bufnr, ns or M.ns, 0, -1, { details = true })
   local mark = marks[1]

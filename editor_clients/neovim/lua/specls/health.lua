@@ -11,6 +11,7 @@ local report = {
   info = health.info or health.report_info,
 }
 
+--- :checkhealth specls
 function M.check()
   report.start('specls')
   if vim.fn.has('nvim-0.7') == 1 then
@@ -34,15 +35,18 @@ function M.check()
     })
   end
   local builtin = require('specls.config').builtin_enabled(config)
-  report.info(builtin and 'ghost text: vim.lsp.inline_completion (built in)'
-    or 'ghost text: drawn by specls (extmarks)')
+  report.info(
+    builtin and 'ghost text: vim.lsp.inline_completion (built in)' or 'ghost text: drawn by specls (extmarks)'
+  )
   if require('specls.completion').use_completion then
     report.warn('the server did not answer textDocument/inlineCompletion; using textDocument/completion')
   end
   local server = require('specls.server')
   local status = server.status or {}
-  local line = ('server: %s%s'):format(status.state or 'unknown', status.message and status.message ~= ''
-    and (' (' .. status.message .. ')') or '')
+  local line = ('server: %s%s'):format(
+    status.state or 'unknown',
+    status.message and status.message ~= '' and (' (' .. status.message .. ')') or ''
+  )
   if status.state == 'ready' then
     report.ok(line .. (status.model and (', model ' .. status.model) or ''))
   elseif status.state == 'error' then

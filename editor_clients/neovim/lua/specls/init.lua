@@ -7,8 +7,13 @@ local ghost = require('specls.ghost')
 local keymaps = require('specls.keymaps')
 local server = require('specls.server')
 
+---@class specls
+---@field config specls.Config?
 local M = { config = nil }
 
+---@param bufnr integer
+---@param config specls.Config
+---@return boolean
 local function wanted(bufnr, config)
   if vim.bo[bufnr].buftype ~= '' or vim.api.nvim_buf_get_name(bufnr) == '' and vim.bo[bufnr].filetype == '' then
     return false
@@ -16,10 +21,12 @@ local function wanted(bufnr, config)
   return config.filetypes == nil or vim.tbl_contains(config.filetypes, vim.bo[bufnr].filetype)
 end
 
+---@return boolean?
 local function builtin()
   return M.config and config_mod.builtin_enabled(M.config)
 end
 
+---@param bufnr integer
 local function trigger(bufnr)
   if M.config.debounce_ms > 0 then
     vim.defer_fn(function()
@@ -32,37 +39,52 @@ local function trigger(bufnr)
   end
 end
 
+---@param bufnr integer
 local function on_attach(_, bufnr)
   if builtin() then
     vim.lsp.inline_completion.enable(true, { bufnr = bufnr })
   end
 end
 
+---@param group integer
 local function buffer_autocmds(group)
   local function current()
     return vim.api.nvim_get_current_buf()
   end
-  vim.api.nvim_create_autocmd('TextChangedI', { group = group, callback = function()
-    if builtin() or not server.client() then
-      return
-    end
-    local bufnr = current()
-    if completion.on_text_changed(bufnr) and M.config.auto_trigger then
-      trigger(bufnr)
-    end
-  end })
-  vim.api.nvim_create_autocmd('CursorMovedI', { group = group, callback = function()
-    completion.on_cursor_moved(current())
-  end })
-  vim.api.nvim_create_autocmd({ 'InsertLeave', 'BufLeave' }, { group = group, callback = function()
-    completion.cancel(current())
-    completion.dismiss(current(), completion.current(current()) ~= nil)
-  end })
-  vim.api.nvim_create_autocmd('BufUnload', { group = group, callback = function(args)
-    completion.forget(args.buf)
-  end })
+  vim.api.nvim_create_autocmd('TextChangedI', {
+    group = group,
+    callback = function()
+      if builtin() or not server.client() then
+        return
+      end
+      local bufnr = current()
+      if completion.on_text_changed(bufnr) and M.config.auto_trigger then
+        trigger(bufnr)
+      end
+    end,
+  })
+  vim.api.nvim_create_autocmd('CursorMovedI', {
+    group = group,
+    callback = function()
+      completion.on_cursor_moved(current())
+    end,
+  })
+  vim.api.nvim_create_autocmd({ 'InsertLeave', 'BufLeave' }, {
+    group = group,
+    callback = function()
+      completion.cancel(current())
+      completion.dismiss(current(), completion.current(current()) ~= nil)
+    end,
+  })
+  vim.api.nvim_create_autocmd('BufUnload', {
+    group = group,
+    callback = function(args)
+      completion.forget(args.buf)
+    end,
+  })
 end
 
+---@param opts specls.Config|table|nil
 function M.setup(opts)
   local config, problems = config_mod.resolve(opts)
   for _, problem in ipairs(problems) do
@@ -74,11 +96,14 @@ function M.setup(opts)
   server.configure(config, on_attach)
 
   local group = vim.api.nvim_create_augroup('specls', { clear = true })
-  vim.api.nvim_create_autocmd({ 'BufEnter', 'FileType' }, { group = group, callback = function(args)
-    if wanted(args.buf, config) then
-      server.attach(args.buf)
-    end
-  end })
+  vim.api.nvim_create_autocmd({ 'BufEnter', 'FileType' }, {
+    group = group,
+    callback = function(args)
+      if wanted(args.buf, config) then
+        server.attach(args.buf)
+      end
+    end,
+  })
   buffer_autocmds(group)
   keymaps.setup(config.keymaps, {
     accept = M.accept,
@@ -86,14 +111,22 @@ function M.setup(opts)
     accept_line = M.accept_line,
     dismiss = M.dismiss,
   })
-  vim.api.nvim_create_user_command('SpeclsRestart', function() server.restart() end, {})
-  vim.api.nvim_create_user_command('SpeclsStatus', function() print(M.status()) end, {})
-  vim.api.nvim_create_user_command('SpeclsStats', function() M.stats() end, {})
+  vim.api.nvim_create_user_command('SpeclsRestart', function()
+    server.restart()
+  end, {})
+  vim.api.nvim_create_user_command('SpeclsStatus', function()
+    print(M.status())
+  end, {})
+  vim.api.nvim_create_user_command('SpeclsStats', function()
+    M.stats()
+  end, {})
   if wanted(vim.api.nvim_get_current_buf(), config) then
     server.attach(vim.api.nvim_get_current_buf())
   end
 end
 
+--- Accept the whole suggestion; false when none is shown.
+---@return boolean
 function M.accept()
   if builtin() then
     return builtin_completion.accept()
@@ -101,14 +134,17 @@ function M.accept()
   return completion.accept(vim.api.nvim_get_current_buf(), 'all')
 end
 
+---@return boolean
 function M.accept_word()
   return not builtin() and completion.accept(vim.api.nvim_get_current_buf(), 'word')
 end
 
+---@return boolean
 function M.accept_line()
   return not builtin() and completion.accept(vim.api.nvim_get_current_buf(), 'line')
 end
 
+---@return boolean
 function M.dismiss()
   local bufnr = vim.api.nvim_get_current_buf()
   if builtin() or not completion.current(bufnr) then
@@ -120,6 +156,7 @@ function M.dismiss()
 end
 
 --- A short status for a statusline: "specls ready 42ms 63%".
+---@return string
 function M.status()
   local s = server.status or {}
   local parts = { 'specls', s.state or 'stopped' }

@@ -9,12 +9,15 @@ local descriptions = {
   dismiss = 'specls: dismiss the suggestion',
 }
 
+---@param lhs string
 local function feed(lhs)
   -- 'n': the key's built-in meaning, not this mapping again.
   vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(lhs, true, false, true), 'n', false)
 end
 
 --- Map each configured key to `actions[name]()`, which returns true when it did something.
+---@param keymaps specls.Keymaps
+---@param actions table<string, fun(): boolean>
 function M.setup(keymaps, actions)
   for name, lhs in pairs(keymaps) do
     if lhs then

@@ -5,6 +5,10 @@ local M = {}
 local new_api = vim.fn.has('nvim-0.11') == 1
 
 --- LSP character offset of byte column `col` (0-based) in `line`.
+---@param line string
+---@param col integer
+---@param encoding 'utf-8'|'utf-16'|'utf-32'
+---@return integer
 function M.to_lsp(line, col, encoding)
   col = math.min(col, #line)
   if encoding == 'utf-8' then
@@ -18,6 +22,10 @@ function M.to_lsp(line, col, encoding)
 end
 
 --- Byte column (0-based) of LSP character offset `character` in `line`; past the end clamps to the end.
+---@param line string
+---@param character integer
+---@param encoding 'utf-8'|'utf-16'|'utf-32'
+---@return integer
 function M.from_lsp(line, character, encoding)
   if encoding == 'utf-8' then
     return math.min(character, #line)
@@ -30,6 +38,10 @@ function M.from_lsp(line, character, encoding)
 end
 
 --- Text position params for the cursor of window `win` (0 = current) in `encoding`.
+---@param bufnr integer
+---@param win integer
+---@param encoding 'utf-8'|'utf-16'|'utf-32'
+---@return lsp.TextDocumentPositionParams
 function M.cursor_params(bufnr, win, encoding)
   local row, col = unpack(vim.api.nvim_win_get_cursor(win))
   local line = vim.api.nvim_buf_get_lines(bufnr, row - 1, row, false)[1] or ''

@@ -1,4 +1,7 @@
 -- Starting, attaching and restarting the specls language server; keeps the last specls/status.
+---@class specls.Status
+---@field state 'stopped'|'loading'|'ready'|'error'|string
+---@field message string
 local M = {
   client_id = nil,
   status = { state = 'stopped', message = 'not started' },
@@ -7,6 +10,7 @@ local M = {
 local lsp_config -- built by M.configure from the plugin config
 local on_attach_hooks = {}
 
+---@return lsp.ClientCapabilities
 local function capabilities()
   local caps = vim.lsp.protocol.make_client_capabilities()
   -- Older clients do not announce inline completion; the plugin implements it itself, so say so.
@@ -17,6 +21,7 @@ local function capabilities()
   return caps
 end
 
+---@param params specls.Status
 local function on_status(_, params)
   if type(params) == 'table' then
     M.status = params
@@ -24,6 +29,8 @@ local function on_status(_, params)
 end
 
 --- Remember how to start the server; `hook(client, bufnr)` runs on every attach.
+---@param config specls.Config
+---@param hook fun(client: vim.lsp.Client, bufnr: integer)
 function M.configure(config, hook)
   on_attach_hooks = { hook }
   lsp_config = {
@@ -48,11 +55,14 @@ function M.configure(config, hook)
   }
 end
 
+---@return vim.lsp.Client?
 function M.client()
   return M.client_id and vim.lsp.get_client_by_id(M.client_id) or nil
 end
 
 --- Attach `bufnr` to the server, starting it first if needed.
+---@param bufnr integer
+---@return integer? client_id
 function M.attach(bufnr)
   if not lsp_config then
     error('specls: call require("specls").setup() first')
@@ -73,6 +83,7 @@ function M.attach(bufnr)
   return M.client_id
 end
 
+---@return integer[]
 function M.attached_buffers()
   local buffers = {}
   local client = M.client()
@@ -87,6 +98,7 @@ function M.attached_buffers()
 end
 
 --- Stop the server (waiting up to `timeout_ms` for it to go) and start it again for the same buffers.
+---@param timeout_ms integer?
 function M.restart(timeout_ms)
   local client = M.client()
   local buffers = M.attached_buffers()

@@ -1,9 +1,19 @@
 -- Pure helpers: what an answer suggests, what part of it is still to be typed, what accept-word takes.
 local position = require('specls.position')
 
+---@class specls.Item
+---@field text string
+---@field range lsp.Range?
+---@field command lsp.Command?
+
+---@class specls.Ghost
+---@field text string what is still to be typed
+---@field end_col integer byte column where the item's range ends (at least the cursor)
 local M = {}
 
 --- The first item of an inline completion or completion answer as {text, range, command}, or nil.
+---@param result any an InlineCompletionList, a CompletionList or a list of items
+---@return specls.Item?
 function M.first_item(result)
   local items = type(result) == 'table' and (result.items or result) or {}
   local item = items[1]
@@ -22,6 +32,11 @@ function M.first_item(result)
 end
 
 --- What to draw at the cursor for `item` on `line`: the part of its text the user has not typed yet.
+---@param item specls.Item
+---@param line string the cursor line
+---@param col integer byte column of the cursor (0-based)
+---@param encoding string the client's offset encoding
+---@return specls.Ghost?
 function M.ghost_for(item, line, col, encoding)
   local start_col, end_col = col, col
   if item.range then
@@ -40,6 +55,9 @@ function M.ghost_for(item, line, col, encoding)
 end
 
 --- The part of `text` that accept-word / accept-line take.
+---@param text string
+---@param kind 'all'|'word'|'line'
+---@return string
 function M.take(text, kind)
   if kind == 'line' then
     local lead, rest = text:match('^(\n?)(.*)$')

@@ -1,0 +1,108 @@
+"""llama.cpp's `llama-server` as a peer in the throughput benchmark: the same GGUF, the same prompt token ids.
+
+One server per decoding mode runs on a loopback port with one thread (as the engine runs with one torch
+thread); every request starts cold (`cache_prompt: false`), so its time includes the prefill as the
+engine's does. The server holds the GGUF's Q4_1 weights, the engine their fp32 dequantization, so greedy
+outputs may part ways at near-ties: its rows are compared on speed and repetition, not token identity.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# method name -> extra llama-server flags
+LLAMA_METHODS: dict[str, tuple[str, ...]] = {
+    "llama-server": (),
+    "llama-server-ngram-simple": ("--spec-type", "ngram-simple"),
+    "llama-server-ngram-mod": ("--spec-type", "ngram-mod"),
+}
+
+
+def find_llama_server() -> Path | None:
+    """$SPECLS_LLAMA_SERVER, else the binary cached by scripts/build_llama_server.sh, else PATH."""
+    configured = os.environ.get("SPECLS_LLAMA_SERVER")
+    if configured:
+        return Path(configured)
+    from engine.catalog import cache_dir
+
+    cached = cache_dir() / "bin" / "llama-server"
+    if cached.exists():
+        return cached
+    found = shutil.which("llama-server")
+    return Path(found) if found else None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class LlamaPeer:
+    method: str
+    process: subprocess.Popen[bytes]
+    url: str
+
+    def complete(
+        self, prompt_ids: list[int], max_new_tokens: int, ignore_eos: bool
+    ) -> tuple[list[int], dict]:
+        """Greedy completion of the prompt ids; (generated ids, the server's timings)."""
+        body = {
+            "prompt": prompt_ids,
+            "n_predict": max_new_tokens,
+            "temperature": 0.0,
+            "cache_prompt": False,
+            "ignore_eos": ignore_eos,
+            "return_tokens": True,
+        }
+        request = urllib.request.Request(
+            self.url + "/completion",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=600) as response:
+            payload: dict[str, Any] = json.loads(response.read())
+        return [int(token) for token in payload.get("tokens", [])], dict(payload.get("timings", {}))
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+def start_peer(binary: Path, gguf: Path, method: str, threads: int, ctx_size: int, log: Path) -> LlamaPeer:
+    port = _free_port()
+    command = [
+        str(binary), "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port),
+        "--ctx-size", str(ctx_size), "--parallel", "1", "--threads", str(threads),
+        "--threads-batch", str(threads), *LLAMA_METHODS[method],
+    ]  # fmt: skip
+    with log.open("wb") as handle:
+        process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
+    peer = LlamaPeer(method, process, f"http://127.0.0.1:{port}")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"llama-server ({method}) exited with {process.returncode}; log: {log}")
+        try:
+            with urllib.request.urlopen(peer.url + "/health", timeout=1) as response:
+                if response.status == 200:
+                    return peer
+        except OSError:
+            time.sleep(0.2)
+    peer.stop()
+    raise RuntimeError(f"llama-server ({method}) did not become healthy in 120 s; log: {log}")
