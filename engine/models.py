@@ -341,10 +341,12 @@ def describe_model(source: ModelSource) -> dict[str, Any]:
 def end_of_text_ids(
     tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel | None = None
 ) -> frozenset[int]:
-    """Ids that end a completion: the tokenizer's EOS, the model's generation EOS ids, a file separator."""
+    """Ids that end a completion: the tokenizer's EOS, the model's generation EOS ids, a file separator, and
+    every other special token (FIM and chat markers): none of them is code, so none may reach a suggestion."""
     from engine.train.tokenizer import FILE_SEP
 
-    ids: set[int] = set()
+    ids: set[int] = set(tokenizer.all_special_ids)
+    ids.update(token_id for token_id, token in tokenizer.added_tokens_decoder.items() if token.special)
     if tokenizer.eos_token_id is not None:
         ids.add(int(tokenizer.eos_token_id))
     generation_config = getattr(model, "generation_config", None)

@@ -113,7 +113,8 @@ class LocalEngine:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def decode(self, token_ids: list[int]) -> str:
-        return str(self.tokenizer.decode(token_ids, skip_special_tokens=False))
+        # Special tokens end a completion (`end_of_text_ids`); skipping them here keeps any other path clean.
+        return str(self.tokenizer.decode(token_ids, skip_special_tokens=True))
 
     def count_tokens(self, text: str) -> int:
         return len(self.encode(text))

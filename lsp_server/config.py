@@ -143,6 +143,7 @@ _FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "firstLineFirst": ("first_line_first", _bool),
     "maxLines": ("context.max_lines", _int_in(1, 1000)),
     "suppressInComments": ("context.suppress_in_comments", _bool),
+    "suppressInStrings": ("context.suppress_in_strings", _bool),
     "tokenHealing": ("context.token_healing", _bool),
     "contextTokens": ("context.max_prompt_tokens", _int_in(16, 1_000_000)),
 }

@@ -201,6 +201,8 @@ class EngineWorker:
             if result.finish_reason == "cancelled" and cancelled_at is not None:
                 self._post(self._on_cancel_to_idle, (time.monotonic() - cancelled_at) * 1000)
             text = result.text if result.finish_reason == "cancelled" else self._finalize(result.text, ctx)
+            if ctx.stop_rules is not None and ctx.stop_rules.fired:  # for the statistics
+                result.stats["stop_rules_fired"] = sorted(ctx.stop_rules.fired)
         except Exception as exc:  # a fault in one request must not take the worker down
             logger.exception("completion failed")
             self._post(self._on_done, generation, "", None, f"{type(exc).__name__}: {exc}")

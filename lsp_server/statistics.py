@@ -50,6 +50,8 @@ class Statistics:
     cancel_to_idle_ms: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=500))
     last_engine_stats: dict[str, Any] = field(default_factory=dict)
     last_finish_reason: str | None = None
+    # Completions each stop rule cut, by rule name ("repetition" is the degeneration guard).
+    stop_rules_fired: collections.Counter[str] = field(default_factory=collections.Counter)
 
     def record_engine(self, result: CompletionResult) -> None:
         self.last_finish_reason = result.finish_reason
@@ -58,6 +60,7 @@ class Statistics:
             value = result.stats.get(key)
             if isinstance(value, int | float):
                 self.engine_totals[key] += int(value)
+        self.stop_rules_fired.update(result.stats.get("stop_rules_fired", ()))
 
     def acceptance_rate(self) -> float | None:
         decided = self.accepted + self.rejected
@@ -87,4 +90,5 @@ class Statistics:
             "cancel_to_idle_ms": list(self.cancel_to_idle_ms),
             "last_engine_stats": self.last_engine_stats,
             "last_finish_reason": self.last_finish_reason,
+            "stop_rules_fired": dict(self.stop_rules_fired),
         }

@@ -1,4 +1,5 @@
-"""`specls bench`: throughput against peers, syntax draft lengths, keystroke latency (see bench/README.md).
+"""`specls bench`: throughput against peers, syntax draft lengths, keystroke latency, suggestions at line starts
+(see bench/README.md).
 
 The benchmarks live in the `bench/` folder of a source checkout; run this from the repository root.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from lsp_server.commands.model_args import add_model_arguments
 
@@ -112,6 +114,72 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     keys.add_argument("--out", type=Path, default=Path("bench/results"), help="results folder")
     keys.add_argument("--tag", help="results file name tag (default: the device type)")
     keys.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_lines(sub)
+
+
+def _add_lines(sub: Any) -> None:
+    lines = sub.add_parser(
+        "lines", help="suggestions at line starts in held-out code: non-empty, indented, exact"
+    )
+    lines.add_argument("--positions", type=_positive, default=60, help="line starts in all (default: 60)")
+    lines.add_argument("--per-file", type=_positive, default=2, help="line starts per file (default: 2)")
+    lines.add_argument(
+        "--folder",
+        dest="folders",
+        type=Path,
+        action="append",
+        default=[],
+        help="also score the .py files of this folder (repeatable)",
+    )
+    lines.add_argument(
+        "--target",
+        dest="targets",
+        action="append",
+        default=[],
+        help="a target to score (repeatable; default: the bundled pair, and smollm2-135m when pulled)",
+    )
+    lines.add_argument(
+        "--draft",
+        dest="drafts",
+        action="append",
+        default=[],
+        help="the draft of the --target at the same place, or 'none' (default: that target's default draft)",
+    )
+    lines.add_argument("--dtype", choices=("auto", "fp32", "bf16"), default="auto")
+    lines.add_argument("--device", default="cpu", help="cpu, cuda, ... (default: cpu)")
+    lines.add_argument("--threads", type=int, help="torch CPU threads (default: one for small models)")
+    lines.add_argument("--out", type=Path, default=Path("bench/results"), help="results folder")
+    lines.add_argument("--tag", help="results file name tag (default: the device type)")
+
+
+def _lines(args: argparse.Namespace) -> int:
+    from bench.lines import LinesConfig, run_lines, write_report
+    from engine.catalog import is_pulled
+
+    missing = [str(folder) for folder in args.folders if not folder.is_dir()]
+    if missing or len(args.drafts) > len(args.targets):
+        problem = f"no such folder: {', '.join(missing)}" if missing else "more --draft than --target"
+        print(f"specls bench: {problem}", file=sys.stderr)
+        return 2
+    targets: list[str | None] = list(args.targets)
+    if not targets:
+        targets = [None, *(["smollm2-135m"] if is_pulled("smollm2-135m") else [])]
+    drafts: list[str | None] = [*args.drafts, *[None] * (len(targets) - len(args.drafts))]
+    config = LinesConfig(
+        models=tuple(zip(targets, drafts, strict=True)),
+        positions=args.positions,
+        per_file=args.per_file,
+        folders=tuple(args.folders),
+        device=args.device,
+        dtype=args.dtype,
+        threads=args.threads,
+        out=args.out,
+        tag=_results_tag(args),
+    )
+    result = run_lines(config)
+    for path in write_report(result, config.out, config.tag):
+        print(path)
+    return 0
 
 
 def _results_tag(args: argparse.Namespace) -> str:
@@ -146,6 +214,8 @@ def run(args: argparse.Namespace) -> int:
             return _draft_length(args)
         if args.benchmark == "keystrokes":
             return _keystrokes(args)
+        if args.benchmark == "lines":
+            return _lines(args)
     except ModelLoadError as exc:
         print(f"specls bench: {exc}", file=sys.stderr)
         return 1

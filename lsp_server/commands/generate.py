@@ -11,9 +11,14 @@ from lsp_server.commands.model_args import add_model_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--prompt-file", required=True, help="text before the cursor (the whole prompt)")
+    parser.add_argument("--prompt-file", required=True, help="text before the cursor")
     parser.add_argument(
-        "--suffix-file", help="text after the cursor: builds the model's fill-in-the-middle prompt"
+        "--suffix-file",
+        help="text after the cursor (default: none); a model with fill-in-the-middle tokens always gets its "
+        "FIM prompt, with this suffix or an empty one",
+    )
+    parser.add_argument(
+        "--raw", action="store_true", help="send the prompt file as it is: no FIM template, no token healing"
     )
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--mode", choices=("speculative", "autoregressive"), default="speculative")
@@ -38,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
     from engine.api import CompletionRequest
     from engine.models import ModelLoadError
     from engine.service import LocalEngine
-    from lsp_server.context.fim import detect_fim_template
+    from lsp_server.context.builder import healed_fragment
+    from lsp_server.context.fim import detect_fim_template, marker_texts
 
     prefix = _read(args.prompt_file, "prompt")
     suffix = _read(args.suffix_file, "suffix") if args.suffix_file else ""
@@ -47,13 +53,16 @@ def run(args: argparse.Namespace) -> int:
     except ModelLoadError as exc:
         print(f"specls generate: {exc}", file=sys.stderr)
         return 2
-    prompt, stops = prefix, tuple[str, ...]()
-    if args.suffix_file:
-        template = detect_fim_template(engine.info().special_tokens)
-        if template is None:
-            print("specls generate: the target's tokenizer has no fill-in-the-middle tokens", file=sys.stderr)
-            return 2
-        prompt, stops = template.format(prefix, suffix), template.stop_strings
+    info = engine.info()
+    template = detect_fim_template(info.special_tokens)
+    if args.suffix_file and template is None:
+        print("specls generate: the target's tokenizer has no fill-in-the-middle tokens", file=sys.stderr)
+        return 2
+    # As the server does: the spaces and word fragment before the cursor are re-generated (token healing).
+    healed = healed_fragment(prefix) if info.token_healing and not args.raw else ""
+    prompt_prefix = prefix[: len(prefix) - len(healed)]
+    prompt = prompt_prefix if template is None or args.raw else template.format(prompt_prefix, suffix)
+    stops = (*(template.stop_strings if template is not None else ()), *marker_texts(info.special_tokens))
     request = CompletionRequest(
         prompt=prompt,
         max_new_tokens=args.max_new_tokens,
@@ -61,9 +70,10 @@ def run(args: argparse.Namespace) -> int:
         top_k=args.top_k,
         top_p=args.top_p,
         seed=args.seed,
-        stop_strings=stops,
+        stop_strings=tuple(dict.fromkeys(stops)),
         suffix=suffix,
         drafter="none" if args.mode == "autoregressive" else args.drafter,
+        forced_prefix=healed,
     )
     try:
         result = engine.complete(request)

@@ -13,7 +13,9 @@ from lsp_server.context.fim import (
     FimTemplate,
     detect_fim_template,
     fit_prefix_suffix,
+    marker_texts,
 )
+from lsp_server.context.indentation import IndentStyle, indent_style_around, reindent
 from lsp_server.context.languages import language_spec
 from lsp_server.context.policy import SyntaxDraftPolicy, identifiers_in
 from lsp_server.context.snippets import select_snippets
@@ -29,7 +31,8 @@ class ContextSettings:
     max_prompt_tokens: int = 1536
     prefix_fraction: float = 0.75  # of the file's share of the budget; the suffix gets the rest
     max_snippets: int = 3
-    suppress_in_comments: bool = True  # "none" mode inside comments and strings
+    suppress_in_comments: bool = False  # True: no suggestions inside comments and docstrings
+    suppress_in_strings: bool = True  # no suggestions inside ordinary string literals
     token_healing: bool = True  # re-generate the word at the cursor (when the backend can constrain it)
     max_lines: int = 8
     snippet_fraction: float = 0.25  # of the budget, at most, for other-file snippets
@@ -49,7 +52,10 @@ class CompletionContext:
     stop_strings: tuple[str, ...]
     template: FimTemplate = field(default=PREFIX_ONLY)
     stop_rules: SyntaxStopRules | None = None  # the same object as stop_check, for finalize_completion
-    forced_prefix: str = ""  # the word fragment at the cursor, left out of the prompt (token healing)
+    forced_prefix: str = (
+        ""  # the spaces and word fragment at the cursor, left out of the prompt (token healing)
+    )
+    indent_style: IndentStyle = field(default_factory=IndentStyle)  # how the file indents
 
 
 WORD_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
@@ -125,6 +131,7 @@ def build_completion_context(
         byte_offset=doc.byte_offset(offset) if tree is not None else None,
         language=doc.language,
         suppress_in_comments=settings.suppress_in_comments,
+        suppress_in_strings=settings.suppress_in_strings,
     )
     template = detect_fim_template(info.special_tokens) or PREFIX_ONLY
     rules = SyntaxStopRules(
@@ -136,10 +143,23 @@ def build_completion_context(
         max_lines=settings.max_lines,
         line_comment=spec.line_comment if spec else "",
         tab_size=settings.tab_size,
+        markers=marker_texts(info.special_tokens),
     )
+    style = indent_style_around(text, offset)
     if mode == "none":
         return CompletionContext(
-            "", "", "", mode, rules, SyntaxDraftPolicy(), (), template.stop_strings, template, rules
+            "",
+            "",
+            "",
+            mode,
+            rules,
+            SyntaxDraftPolicy(),
+            (),
+            template.stop_strings,
+            template,
+            rules,
+            "",
+            style,
         )
 
     budget = prompt_budget(info, settings)
@@ -178,6 +198,7 @@ def build_completion_context(
         template=template,
         stop_rules=rules,
         forced_prefix=fragment,
+        indent_style=style,
     )
 
 
@@ -216,5 +237,8 @@ def _fit_file_text(
 
 def finalize_completion(text: str, ctx: CompletionContext) -> str:
     """The completion as it should be inserted: stop rules applied to the finished text, trailing
-    whitespace trimmed."""
-    return finalize(text, ctx.stop_rules)
+    whitespace trimmed, indented as the file is (`indentation.reindent`)."""
+    text = finalize(text, ctx.stop_rules)
+    if ctx.stop_rules is None or not text:
+        return text
+    return reindent(text, ctx.stop_rules.line_before, ctx.indent_style, ctx.stop_rules.tab_size)

@@ -100,6 +100,40 @@ DEEPSEEK_CODER = FimTemplate(
 PREFIX_ONLY = FimTemplate("prefix-only", "", "", "", "prefix-only", None, ())
 
 FIM_FAMILIES = (BUNDLED, QWEN_CODER, STARCODER2, CODELLAMA, DEEPSEEK_CODER)
+# Chat and end-of-turn markers of common model families: text a code suggestion never contains.
+CHAT_MARKERS = (
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<|eot_id|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|begin_of_text|>",
+    "<|end_of_text|>",
+    "<|end|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|system|>",
+    "<start_of_turn>",
+    "<end_of_turn>",
+    "<|EOT|>",
+    "<｜end▁of▁sentence｜>",
+    "<｜begin▁of▁sentence｜>",
+)
+
+
+def marker_texts(special_tokens: Sequence[str] = ()) -> tuple[str, ...]:
+    """Every marker that must never reach a suggestion: the FIM families' tokens and file separators, chat
+    markers, and the backend tokenizer's own special tokens (given in `special_tokens`). The template in use
+    adds its stop strings to the request on its own."""
+    seen: dict[str, None] = {}
+    for family in FIM_FAMILIES:
+        for token in (family.prefix_token, family.suffix_token, family.middle_token, family.file_sep):
+            if token:
+                seen[token] = None
+    seen.update(dict.fromkeys(CHAT_MARKERS))
+    seen.update(dict.fromkeys(token for token in special_tokens if len(token.strip()) > 1))
+    return tuple(seen)
 
 
 def detect_fim_template(special_tokens: Sequence[str]) -> FimTemplate | None:

@@ -1,16 +1,23 @@
 """Stop rules applied while the completion is generated (an engine.api.StopCheck), plus the final trim.
 
 Each rule looks at the completion text so far and may name an index where it must end; the earliest wins:
+0. no marker text: a FIM, chat or end-of-text marker ends the completion where it starts;
 1. single-line mode ends at the first newline;
 2. at most `max_lines` lines;
 3. the end of the cursor's block: a line indented below the block (brace languages may still close the
    block with a line that starts with a bracket the completion has not opened);
 4. brackets balanced against the suffix: a closing bracket the suffix already supplies is not generated;
-5. no duplication: the rest of the cursor's line, or the next non-empty line of the file, is not repeated.
+5. no duplication: the rest of the cursor's line, or the next non-empty line of the file, is not repeated;
+6. no degeneration: the completion ends before it repeats itself (`first_repetition`).
+
+The engine checks the text after every token in the plain and the speculative loop alike, so each rule ends
+both at the same token and greedy speculative output stays identical to plain output.
 """
 
 from __future__ import annotations
 
+import functools
+import re
 from dataclasses import dataclass, field
 
 from lsp_server.context.syntax import CLOSERS, MATCHING, OPENERS, Mode, indent_width, indentation
@@ -58,6 +65,81 @@ def unmatched_closers(text: str, line_comment: str = "") -> list[str]:
     return result
 
 
+# Degeneration guard (rule 6). A small model that loses its way loops: the same line again and again, or a
+# few words within a line ("self.length - self.length - self.length - "). Code repeats too, but differently:
+# lists of constants ("0, 0, 0", "None, None"), separators ("# -----"), indexed runs ("a[0], a[1], a[2]")
+# and bracket-only lines ("}" under "}"). So the rule asks for an exact repeat of a unit that has a name in
+# it (not a literal constant), and is cut at the first repeat:
+# - a unit within one line (2 to 40 characters, not letters alone) seen three times in a row;
+# - a block of one to three lines (with their indentation) seen twice in a row.
+MAX_REPEATED_UNIT = 40
+MAX_REPEATED_LINES = 3
+_REPEATED_UNIT = re.compile(rf"(?=([^\n]{{2,{MAX_REPEATED_UNIT}}}?)\1\1)")
+_NAME = re.compile(r"(?<![A-Za-z0-9_])[A-Za-z_][A-Za-z0-9_]*")  # not the "e9" of "1e9"
+_ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)")  # "\x00" is data, not a name
+_HEX_DIGITS = "_0123456789abcdefABCDEF"
+_LITERALS = frozenset(
+    ("None", "True", "False", "null", "nil", "true", "false", "undefined", "NULL", "nullptr")
+)
+
+
+def _has_name(text: str, min_length: int = 1) -> bool:
+    """Does `text` hold a name (of at least `min_length` characters) that is not a literal constant?"""
+    names = _NAME.findall(_ESCAPE.sub(" ", text))
+    return any(
+        len(name) >= min_length and name not in _LITERALS and name.strip(_HEX_DIGITS) for name in names
+    )  # hex digits alone ("ffff", "_0") are data
+
+
+def _is_word_char(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
+
+
+@functools.lru_cache(maxsize=1024)
+def _repeat_in_line(line: str) -> int | None:
+    """Index of the first repeat of a unit seen three times in a row in `line` (see the rule above)."""
+    line = _ESCAPE.sub(lambda escape: "\0" * len(escape.group()), line)  # same length: indices stay
+    for match in _REPEATED_UNIT.finditer(line):
+        unit = match.group(1)
+        if unit.isalpha() or not any(ch.isalpha() for ch in unit):  # "abab", "0, 0, ": data, not a loop
+            continue
+        # Names are read on the repeated run widened to whole words: the unit may start mid-word ("e, Non").
+        start, end = match.start(), match.start() + 3 * len(unit)
+        while 0 < start < end and _is_word_char(line[start]) and _is_word_char(line[start - 1]):
+            start -= 1
+        while end < len(line) and _is_word_char(line[end - 1]) and _is_word_char(line[end]):
+            end += 1
+        if end == len(line):  # a word at the end of the text may still grow ("Non" of "None"): leave it out
+            while end > start and _is_word_char(line[end - 1]):
+                end -= 1
+        if _has_name(line[start:end], min_length=2):  # "%s %s %s" and "a, a, a" are not loops
+            return match.start() + len(unit)
+    return None
+
+
+def first_repetition(text: str, line_before: str = "", final: bool = False) -> int | None:
+    """Where `text` starts to repeat itself, or None (rule 6). The first line counts with `line_before`
+    (the code before the cursor on its line) when lines are compared; only complete lines are compared
+    (all of them when `final`)."""
+    lines = text.split("\n")
+    complete = len(lines) if final else len(lines) - 1
+    whole = [line_before + lines[0], *lines[1:]]
+    starts = [0]
+    for line in lines[:-1]:
+        starts.append(starts[-1] + len(line) + 1)
+    for index, line in enumerate(lines):
+        for period in range(1, min(MAX_REPEATED_LINES, index) + 1):
+            if index + period > complete:
+                continue
+            block = whole[index - period : index]
+            if block == whole[index : index + period] and _has_name("\n".join(block), min_length=2):
+                return starts[index] - 1  # the line break that ends the first copy
+        found = _repeat_in_line(line)
+        if found is not None:
+            return starts[index] + found
+    return None
+
+
 def _only_punctuation(text: str) -> bool:
     return all(ch in CLOSERS or ch in OPENERS or ch in " \t;,:." for ch in text)
 
@@ -74,9 +156,12 @@ class SyntaxStopRules:
     max_lines: int = 8
     line_comment: str = ""
     tab_size: int = 4
+    markers: tuple[str, ...] = ()  # text that never belongs to a suggestion (`fim.marker_texts`)
     suffix_closers: list[str] = field(init=False)
     rest_of_line: str = field(init=False)
     next_line: str = field(init=False)
+    # Names of the rules that cut this completion, for the server's statistics ("repetition" is rule 6).
+    fired: set[str] = field(init=False, default_factory=set)
 
     def __post_init__(self) -> None:
         self.suffix_closers = unmatched_closers(self.suffix[:4000], self.line_comment)
@@ -95,13 +180,24 @@ class SyntaxStopRules:
     def cut(self, text: str, *, final: bool) -> int | None:
         """Where `text` must end, or None. `final`: generation is over, so the last line is complete."""
         cuts = [
-            self._single_line(text),
-            self._max_lines(text),
-            self._block_end(text),
-            self._bracket_from_suffix(text),
-            self._duplicates(text, final),
+            (self._marker(text), "marker"),
+            (self._single_line(text), "single-line"),
+            (self._max_lines(text), "max-lines"),
+            (self._block_end(text), "block-end"),
+            (self._bracket_from_suffix(text), "brackets"),
+            (self._duplicates(text, final), "duplicate"),
+            (first_repetition(text, self.line_before, final), "repetition"),
         ]
-        found = [c for c in cuts if c is not None]
+        found = [(index, name) for index, name in cuts if index is not None]
+        if not found:
+            return None
+        index, name = min(found)
+        self.fired.add(name)
+        return index
+
+    # 0
+    def _marker(self, text: str) -> int | None:
+        found = [index for marker in self.markers if (index := text.find(marker)) != -1]
         return min(found) if found else None
 
     # 1

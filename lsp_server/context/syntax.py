@@ -1,9 +1,13 @@
 """Completion mode from the syntax tree (with an indentation/bracket fallback for other languages).
 
-- "none": inside a comment or string (when suppressed by the setting), or in the middle of a word;
+- "none": in the middle of a word; inside an ordinary string literal (unless `suppress_in_strings` is off);
+  inside a comment or docstring only when `suppress_in_comments` is on;
+- "single-line": inside a comment or a docstring (prose: one line at a time, as Copilot and llama.vim do);
 - "multi-line": on an empty line (after a block opener or between statements), or at the end of a line that
   opens a block, when nothing but closing brackets follows the cursor;
 - "single-line": everywhere else, i.e. in the middle of a line or after code that does not open a block.
+
+A docstring is a string literal that is a statement of its own (the first line under a `def`, `class` or module).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from tree_sitter import Node, Tree
 from lsp_server.context.languages import LanguageSpec, language_spec
 
 Mode = Literal["none", "single-line", "multi-line"]
+LiteralKind = Literal["comment", "docstring", "string"]
 
 OPENERS = "([{"
 CLOSERS = ")]}"
@@ -36,24 +41,62 @@ def node_at(tree: Tree, byte_offset: int) -> Node | None:
     return root.descendant_for_byte_range(byte_offset - 1, byte_offset)
 
 
-def in_comment_or_string(tree: Tree, byte_offset: int, spec: LanguageSpec) -> bool:
-    """True when the cursor sits inside a comment, or strictly inside a string literal."""
+def literal_at(tree: Tree, byte_offset: int, spec: LanguageSpec) -> LiteralKind | None:
+    """The comment, docstring or string the cursor sits in (strictly inside a string literal), or None."""
     node = node_at(tree, byte_offset)
     while node is not None:
         if node.type in spec.comment_types:
             # A line comment ends at the newline; a cursor after it is no longer in the comment.
-            return node.start_byte < byte_offset <= node.end_byte and not (
+            inside = node.start_byte < byte_offset <= node.end_byte and not (
                 node.end_byte == byte_offset and node.text is not None and node.text.endswith(b"\n")
             )
+            return "comment" if inside else None
         if node.type in spec.string_types and node.parent is not None:
             # Inside means after the opening quote and before the closing one (or an unterminated string).
             top = node
             while top.parent is not None and top.parent.type in spec.string_types:
                 top = top.parent
             closed = top.end_byte > top.start_byte + 1 and not top.has_error
-            return top.start_byte < byte_offset < top.end_byte or (not closed and byte_offset >= top.end_byte)
+            inside = top.start_byte < byte_offset < top.end_byte or (
+                not closed and byte_offset >= top.end_byte
+            )
+            if not inside:
+                return None
+            statement = top.parent
+            if statement is not None and statement.type == "expression_statement":
+                return "docstring" if statement.named_child_count == 1 else "string"
+            return "string"
         node = node.parent
-    return False
+    return None
+
+
+def unclosed_quote(line_before: str, line_comment: str = "") -> LiteralKind | None:
+    """For text a parser could not make sense of: is the cursor inside a string opened earlier on its line
+    ("docstring" when a triple quote opens the line), or in a line comment? A light lexer, no grammar."""
+    quote = ""
+    opened_at = 0
+    index = 0
+    while index < len(line_before):
+        if quote:
+            if line_before[index] == "\\":
+                index += 2
+                continue
+            if line_before.startswith(quote, index):
+                index += len(quote)
+                quote = ""
+                continue
+        elif line_comment and line_before.startswith(line_comment, index):
+            return "comment"
+        elif line_before[index] in "\"'`":
+            triple = line_before[index] * 3
+            quote = triple if line_before.startswith(triple, index) else line_before[index]
+            opened_at = index
+            index += len(quote)
+            continue
+        index += 1
+    if not quote:
+        return None
+    return "docstring" if len(quote) == 3 and not line_before[:opened_at].strip() else "string"
 
 
 def opens_block(line_before_cursor: str) -> bool:
@@ -69,7 +112,8 @@ def completion_mode(
     tree: Tree | None = None,
     byte_offset: int | None = None,
     language: str | None = None,
-    suppress_in_comments: bool = True,
+    suppress_in_comments: bool = False,
+    suppress_in_strings: bool = True,
 ) -> Mode:
     """Decide how much to complete at character `offset` of `text` (see the module docstring)."""
     line_start = text.rfind("\n", 0, offset) + 1
@@ -82,13 +126,18 @@ def completion_mode(
     if offset < len(text) and _is_word_char(text[offset]) and before and _is_word_char(before[-1]):
         return "none"  # the cursor splits a word: a completion would glue onto it
     spec = language_spec(language)
-    if suppress_in_comments and spec is not None and tree is not None:
+    kind: LiteralKind | None = None
+    if spec is not None and tree is not None:
         if byte_offset is None:
             byte_offset = len(text[:offset].encode("utf-8", "surrogatepass"))
-        if in_comment_or_string(tree, byte_offset, spec):
-            return "none"
-    elif suppress_in_comments and spec is None and _fallback_in_line_comment(before):
-        return "none"
+        kind = literal_at(tree, byte_offset, spec)
+        if kind is None and tree.root_node.has_error:  # an unterminated literal the parser could not place
+            kind = unclosed_quote(before, spec.line_comment)
+    elif _fallback_in_line_comment(before):
+        kind = "comment"
+    if kind is not None:
+        suppressed = suppress_in_strings if kind == "string" else suppress_in_comments
+        return "none" if suppressed else "single-line"
 
     rest_is_closers = all(ch in CLOSERS or ch in " \t;,\"'`" for ch in after)
     if not rest_is_closers or after.lstrip()[:1] in (")", "]"):

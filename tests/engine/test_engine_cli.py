@@ -45,6 +45,33 @@ def test_generate_json_speculative_equals_autoregressive(pair_dir: Path, tmp_pat
     assert outputs["autoregressive"]["stats"]["drafted"] == 0
 
 
+@pytest.mark.parametrize("mode", ["autoregressive", "speculative"])
+def test_generate_at_a_line_start_with_the_bundled_pair_prints_code_and_no_marker(
+    tmp_path: Path, capsys, mode: str
+) -> None:
+    """The bundled pair, asked without a suffix file, once printed "<|sp_fim_suffix|>   return a + b"."""
+    from lsp_server.context.fim import marker_texts
+
+    prompt = tmp_path / "prompt.py"
+    prompt.write_text("def add(a, b):\n    ")
+    for raw in ([], ["--raw"]):
+        argv = [
+            "generate",
+            "--prompt-file",
+            str(prompt),
+            "--max-new-tokens",
+            "24",
+            "--device",
+            "cpu",
+            "--json",
+        ]
+        assert main([*argv, "--mode", mode, *raw]) == 0
+        text = json.loads(capsys.readouterr().out)["text"]
+        assert not any(marker in text for marker in marker_texts()), text
+        if not raw:  # the FIM prompt and the healed indentation: code on the cursor's line
+            assert text.strip() and text[0] not in " \t\n", text
+
+
 def test_generate_reports_a_missing_model_and_file(tmp_path: Path, capsys) -> None:
     prompt = tmp_path / "prompt.py"
     prompt.write_text("x = 1")

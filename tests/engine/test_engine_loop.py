@@ -88,6 +88,29 @@ def test_stop_check_callback_and_eos(llama, prompt_text) -> None:
         assert result.token_ids == full.token_ids[: full.token_ids.index(eos)]
 
 
+def test_a_rule_that_cuts_before_its_trigger_cuts_at_the_same_token_in_both_loops(llama, prompt_text) -> None:
+    """The degeneration guard fires on a repeat and cuts before it. A round that accepts eight tokens at once
+    must stop where the token-by-token loop stops, so the stop rules see the text after every token."""
+    prompt = local_engine(llama, llama).encode(prompt_text)
+    full = autoregressive_generate(
+        make_decoder(llama), prompt, DecodeSettings(max_new_tokens=30), decode=decode
+    )
+    assert len(full.text) > 50
+
+    def cut_behind(text: str) -> int | None:  # fires once 40 characters exist, cuts 5 characters back
+        return len(text) - 5 if len(text) >= 40 else None
+
+    settings = DecodeSettings(max_new_tokens=30, stop_check=cut_behind)
+    plain = autoregressive_generate(make_decoder(llama), prompt, settings, decode=decode)
+    drafter = ScriptedDrafter(
+        prompt, full.token_ids, corrupt_every=0
+    )  # every draft is right: 9 tokens a round
+    fast = speculative_generate(make_decoder(llama), drafter, prompt, settings, FixedLength(8), decode=decode)
+    assert fast.stats["target_forwards"] < plain.stats["target_forwards"]  # rounds of several tokens
+    assert (fast.text, fast.token_ids, fast.finish_reason) == (plain.text, plain.token_ids, "stop")
+    assert plain.text == full.text[: len(plain.text)] and len(plain.text) < 40
+
+
 class CancelAfterRounds:
     """A draft-length policy that fires the cancel token when round `rounds + 1` starts drafting."""
 

@@ -16,6 +16,7 @@ from lsp_server.context import (
     build_completion_context,
     finalize_completion,
 )
+from lsp_server.context.stops import first_repetition
 from lsp_server.documents import DocumentStore
 
 CURSOR = "█"
@@ -126,3 +127,68 @@ def test_nothing_left_after_trimming_is_an_empty_completion() -> None:
     ctx = _context("python", "def f(x):\n    █\n    return y\n")
     assert finalize_completion("   \n", ctx) == ""
     assert finalize_completion("return y", ctx) == ""
+
+
+# --- Degeneration guard (rule 6) ---------------------------------------------------------------
+LOOPS = [  # (generated after "def f(x):\n    ", kept)
+    ("return t + (self.length - self.length - self.length - self.length", "return t + (self.length -"),
+    (
+        "path = join(path, 'a')\n    path = join(path, 'a')\n    path = join(path, 'a')",
+        "path = join(path, 'a')",
+    ),
+    (
+        "total = f(a)\n    count = g(b)\n    total = f(a)\n    count = g(b)\n    z = 1",
+        "total = f(a)\n    count = g(b)",
+    ),
+    ("if x:\n        pass\n        pass\n        pass", "if x:\n        pass"),
+    ("log('x') or log('x') or log('x') or done", "log('x') or"),
+]
+# Repetition that is code, not a loop: none of these may be cut (negative controls).
+NOT_LOOPS = [
+    "print(a[0], a[1], a[2], a[3], a[4], a[5])",
+    "zeros = [0, 0, 0, 0, 0, 0, 0, 0]",
+    "return (None, None, None, None, None)",
+    "line = '-' * 72  # ------------------------------",
+    "fmt = '%s %s %s %s %s' % (a, b, c, d, e)",
+    "data = b'\\x00\\x00\\x00\\x00\\x00\\x00'",
+    "uid = 'ffffffff-ffff-ffff-ffff-ffffffffffff'",
+    "big = 1e99999999999999",
+    "return x + x + x",
+    "self.x = x\n    self.y = y\n    self.z = z",
+    "if a:\n        return 1\n    if b:\n        return 2",
+    "try:\n        f()\n    except A:\n        pass\n    except B:\n        pass",
+    "for i in range(3):\n        for j in range(3):\n            for k in range(3):\n                pass",
+    "data = 'aaaaaaaaaaaaaaaaaaaa'",
+]
+
+
+@pytest.mark.parametrize(("generated", "kept"), LOOPS)
+def test_a_completion_that_repeats_itself_is_cut_at_the_first_repeat(generated: str, kept: str) -> None:
+    ctx = _context("python", "def f(x):\n    █\n")
+    assert _streamed(ctx, generated) == kept
+    assert ctx.stop_rules is not None and "repetition" in ctx.stop_rules.fired
+    assert first_repetition(generated, "    ") is not None
+
+
+@pytest.mark.parametrize("generated", NOT_LOOPS)
+def test_repetition_that_is_code_is_kept(generated: str) -> None:
+    ctx = _context("python", "def f(x):\n    █\n", max_lines=20)
+    assert _streamed(ctx, generated + "\n") == generated
+    assert ctx.stop_rules is not None and "repetition" not in ctx.stop_rules.fired
+    assert first_repetition(generated, "    ", final=True) is None
+
+
+def test_the_first_line_is_compared_with_the_code_before_the_cursor() -> None:
+    assert first_repetition("run()\n    run()\n", "    ") == len("run()")
+    assert first_repetition("run()\n    run()\n", "x = ") is None  # "x = run()" is another line
+    assert first_repetition("run()\n    run()", "    ") is None  # the second copy is not complete yet
+    assert first_repetition("run()\n    run()", "    ", final=True) == len("run()")
+
+
+# --- No marker text (rule 0) ----------------------------------------------------------------------
+@pytest.mark.parametrize("marker", ["<|fim_middle|>", "<fim_suffix>", "<|im_end|>", "<|endoftext|>", "<SUF>"])
+def test_marker_text_from_any_backend_ends_the_completion(marker: str) -> None:
+    ctx = _context("python", "def f(x):\n    █\n")
+    assert _streamed(ctx, f"return x{marker}\n    return y") == "return x"
+    assert finalize_completion(f"return x{marker} + 1", ctx) == "return x"
+    assert ctx.stop_rules is not None and "marker" in ctx.stop_rules.fired

@@ -13,7 +13,7 @@ import pytest
 
 from lsp_server.backends.fake import FakeBackend, continuation_for, split_tokens
 from lsp_server.config import FakeSettings, ServerSettings
-from lsp_server.context import SyntaxDraftPolicy
+from lsp_server.context import SyntaxDraftPolicy, build_completion_context, finalize_completion
 from lsp_server.documents import DocumentStore, TextChange
 from lsp_server.scheduler import Scheduler
 from lsp_server.typed_ahead import (
@@ -93,11 +93,12 @@ def prefix_only_context(store, uri, offset, info, settings, count_tokens):  # ty
         lookup_snippets=(),
         stop_strings=(),
         forced_prefix="",
+        stop_rules=None,
     )
 
 
 class Harness:
-    def __init__(self, backend: FakeBackend, settings: ServerSettings) -> None:
+    def __init__(self, backend: FakeBackend, settings: ServerSettings, server_context: bool = False) -> None:
         self.backend = backend
         self.store = DocumentStore()
         self.states: list[str] = []
@@ -107,8 +108,8 @@ class Harness:
             self.store,
             settings,
             lambda s: backend,
-            build_context=prefix_only_context,
-            finalize=lambda text, ctx: text,
+            build_context=build_completion_context if server_context else prefix_only_context,
+            finalize=finalize_completion if server_context else lambda text, ctx: text,
             on_state=self._on_state,
             on_log=lambda level, message: self.logs.append(message),
         )
@@ -146,9 +147,11 @@ class Harness:
 async def make_harness() -> AsyncIterator:
     harnesses: list[Harness] = []
 
-    async def make(rules, token_delay_s: float = 0.0, **settings) -> Harness:  # type: ignore[no-untyped-def]
+    async def make(rules, token_delay_s: float = 0.0, server_context: bool = False, **settings) -> Harness:  # type: ignore[no-untyped-def]
         harness = Harness(
-            FakeBackend(rules, token_delay_s), replace(ServerSettings(backend="fake"), **settings)
+            FakeBackend(rules, token_delay_s),
+            replace(ServerSettings(backend="fake"), **settings),
+            server_context=server_context,
         )
         harnesses.append(harness)
         harness.scheduler.start(asyncio.get_running_loop())
@@ -162,6 +165,14 @@ async def make_harness() -> AsyncIterator:
 
 
 RULES = [("def greet(", "name):\n    return 'hello ' + name\n")]
+
+
+async def test_the_statistics_count_completions_the_degeneration_guard_cut(make_harness) -> None:
+    script = [("def run():\n    ", "step()\n    step()\n    step()\n")]
+    h = await make_harness(script, server_context=True)  # the server's own context and stop rules
+    h.open(URI, "def run():\n    ")
+    assert await h.answer(URI) == "step()"
+    assert h.scheduler.stats.as_dict()["stop_rules_fired"] == {"repetition": 1}
 
 
 async def test_answers_from_the_model(make_harness) -> None:

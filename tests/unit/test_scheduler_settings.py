@@ -33,7 +33,8 @@ def test_camel_case_settings_reach_nested_fields() -> None:
         "firstLineFirst": True,
         "maxLines": 3,
         "contextTokens": 512,
-        "suppressInComments": False,
+        "suppressInComments": True,
+        "suppressInStrings": False,
         "tokenHealing": False,
         "remoteModel": "coder",
         "fake": {"tokenDelayMs": 5, "rules": [["a", "b"]]},
@@ -42,7 +43,8 @@ def test_camel_case_settings_reach_nested_fields() -> None:
     assert not report.invalid and not report.unknown
     assert settings.max_new_tokens == 32 and settings.first_line_first and settings.remote_model == "coder"
     assert settings.context.max_lines == 3 and settings.context.max_prompt_tokens == 512
-    assert not settings.context.suppress_in_comments and not settings.context.token_healing
+    assert settings.context.suppress_in_comments and not settings.context.suppress_in_strings
+    assert not settings.context.token_healing
     assert settings.fake.token_delay_ms == 5 and settings.fake.rules == (("a", "b"),)
 
 

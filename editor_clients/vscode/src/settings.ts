@@ -23,6 +23,7 @@ export interface ServerSettings {
   firstLineFirst: boolean;
   maxLines: number;
   suppressInComments: boolean;
+  suppressInStrings: boolean;
   tokenHealing: boolean;
   contextTokens: number;
 }
@@ -48,6 +49,7 @@ export const SERVER_KEYS: readonly ServerKey[] = [
   "firstLineFirst",
   "maxLines",
   "suppressInComments",
+  "suppressInStrings",
   "tokenHealing",
   "contextTokens",
 ];

@@ -28,7 +28,8 @@ describe("settings -> initializationOptions", () => {
       debounceMs: 0,
       firstLineFirst: false,
       maxLines: 8,
-      suppressInComments: true,
+      suppressInComments: false,
+      suppressInStrings: true,
       tokenHealing: true,
       contextTokens: 1536,
     });
