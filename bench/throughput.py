@@ -61,6 +61,8 @@ class ThroughputConfig:
     draft: str | None = None
     device: str = "auto"
     dtype: str = "auto"
+    runtime: str = "auto"  # engine.runtime: "auto" (the fastest installed), "llama.cpp" or "torch"
+    quantization: str = "none"  # torch weights: "none", "int8" or "int4"
     threads: int | None = None
     repeats: int = 1
     methods: tuple[str, ...] = ALL_METHODS  # llama-server rows run only where a GGUF and the binary exist
@@ -378,6 +380,7 @@ def environment(engine: LocalEngine, threads: int) -> dict[str, Any]:
         "torch_threads": threads,
         "device": str(engine.pair.device),
         "dtype": str(engine.pair.dtype).removeprefix("torch."),
+        "runtime": engine.runtime.describe(),
         "gpu": torch.cuda.get_device_name() if engine.pair.device.type == "cuda" else None,
         "dtype_reason": engine.pair.dtype_reason,
         "target": describe_model(engine.pair.target_source),
@@ -394,7 +397,7 @@ def run_throughput(config: ThroughputConfig, progress: bool = True) -> dict[str,
     from engine.service import LocalEngine
 
     pair = load_pair(config.target, config.draft, config.device, config.dtype, num_threads=config.threads)
-    engine = LocalEngine(pair=pair)
+    engine = LocalEngine(pair=pair, runtime=config.runtime, quantization=config.quantization)
     prompts = build_prompts(engine.info(), engine.count_tokens, config.prompts)
     if not prompts:
         raise RuntimeError("no held-out prompts could be built (is the standard library readable?)")

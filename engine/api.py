@@ -172,6 +172,7 @@ class BackendInfo:
     context_length: int
     device: str
     token_healing: bool = False  # honours CompletionRequest.forced_prefix
+    runtime: str = ""  # what decodes the target and why (`engine.runtime.RuntimeChoice.describe`)
 
 
 def refuse_forced_prefix(request: CompletionRequest, backend: str) -> None:

@@ -40,6 +40,7 @@ from engine.generation import DecodeSettings
 from engine.healing import ForcedPrefix, TokenTexts, can_spell_words
 from engine.hf_decoder import context_length, make_decoder
 from engine.models import ModelPair, end_of_text_ids, load_pair
+from engine.runtime import build_target_decoder
 from engine.speculative import PollingDecoder, speculative_generate
 
 if TYPE_CHECKING:
@@ -59,6 +60,8 @@ class LocalEngine:
         dtype: str = "auto",
         pair: ModelPair | None = None,
         max_context: int | None = None,
+        runtime: str = "auto",
+        quantization: str = "none",
     ) -> None:
         self.pair = pair if pair is not None else load_pair(target, draft, device, dtype)
         self.tokenizer = self.pair.tokenizer
@@ -67,7 +70,15 @@ class LocalEngine:
         if max_context:
             window = min(window, max_context)
         self.window = window
-        self.target = make_decoder(self.pair.target, window)
+        source = self.pair.target_source
+        self.target, self.runtime = build_target_decoder(
+            self.pair.target,
+            source.location if source.is_local else None,
+            window,
+            runtime=runtime,
+            quantization=quantization,
+            threads=torch.get_num_threads(),
+        )
         # None: no draft model shares the target's tokenizer; the copying drafters still run.
         self.draft_decoder: CausalDecoder | None = None
         if self.pair.draft is not None:
@@ -107,6 +118,7 @@ class LocalEngine:
             context_length=self.window,
             device=str(self.pair.device),
             token_healing=can_spell_words(self.token_texts),
+            runtime=self.runtime.describe(),
         )
 
     def encode(self, text: str) -> list[int]:
