@@ -18,7 +18,7 @@ from lsp_server.context.fim import (
 from lsp_server.context.indentation import IndentStyle, indent_style_around, reindent
 from lsp_server.context.languages import language_spec
 from lsp_server.context.policy import SyntaxDraftPolicy, identifiers_in
-from lsp_server.context.snippets import select_snippets
+from lsp_server.context.snippets import display_path, select_snippets
 from lsp_server.context.stops import SyntaxStopRules, finalize
 from lsp_server.context.syntax import Mode, completion_mode, indent_width, opens_block
 
@@ -173,18 +173,19 @@ def build_completion_context(
         count_tokens=count_tokens,
     )
     comment = spec.line_comment if spec else "#"
-    head = template.format("", "", snippets, comment)
+    path = display_path(uri)
+    head = template.format("", "", snippets, comment, path)
     file_budget = budget - (count_tokens(head) if head else 0)
     prefix, suffix = _fit_file_text(doc, offset, file_budget, template, settings, count_tokens)
-    prompt = template.format(prefix, suffix, snippets, comment)
+    prompt = template.format(prefix, suffix, snippets, comment, path)
     # Block boundaries are estimated per block; trim a block more in the rare case the joins add tokens.
     while count_tokens(prompt) > budget and prefix:
         prefix = prefix[prefix.find("\n") + 1 :] if "\n" in prefix else ""
-        prompt = template.format(prefix, suffix, snippets, comment)
+        prompt = template.format(prefix, suffix, snippets, comment, path)
 
     fragment = healed_fragment(prefix) if info.token_healing and settings.token_healing else ""
     if fragment:
-        prompt = template.format(prefix[: -len(fragment)], suffix, snippets, comment)
+        prompt = template.format(prefix[: -len(fragment)], suffix, snippets, comment, path)
     policy = SyntaxDraftPolicy(known_identifiers=identifiers_in(prefix + suffix))
     return CompletionContext(
         prompt=prompt,
