@@ -122,6 +122,9 @@ class VSCode:
         self.page.keyboard.press("Enter")
         self.page.wait_for_selector(f'.tab.active[aria-label*="{name}"]')
         self.page.wait_for_selector(".monaco-editor.focused")
+        # VS Code creates some editor contributions (inline suggestions among them) when it is next idle;
+        # on a busy machine that is a moment after the editor shows.
+        self.page.wait_for_timeout(2_000)
 
     def ghost_text(self) -> str:
         """The ghost text drawn on the cursor's line (VS Code splits it into one span per token)."""
@@ -139,16 +142,28 @@ class VSCode:
             seen = text
             self.page.wait_for_timeout(150)
         self.page.screenshot(path=str(self.project.parent / "no-ghost.png"))
-        raise AssertionError(f"no ghost text within {timeout_ms} ms (last seen {seen!r}); see no-ghost.png")
+        raise AssertionError(
+            f"no ghost text within {timeout_ms} ms (last seen {seen!r}); see no-ghost.png; "
+            f"{self.inline_requests_sent()} inline completion requests sent by VS Code"
+        )
+
+    def inline_requests_sent(self) -> int:
+        """How many textDocument/inlineCompletion requests the extension's LSP trace shows."""
+        logs = self.project.parent.glob("user-data/logs/*/exthost*/specls.specls/specls.log")
+        return sum(
+            log.read_text(encoding="utf-8").count("Sending request 'textDocument/inlineCompletion")
+            for log in logs
+        )
 
     def wait_for_typed_ghost(self, timeout_ms: int) -> str:
-        """The ghost text VS Code asks for by itself after typing. Now and then (about one run in four here)
-        VS Code 1.100 sends no request after the keys; a user would type on or press Alt+\\, VS Code's own
-        Trigger Inline Suggestion, and so does this, once, saying so in the log."""
+        """The ghost text VS Code asks for by itself after typing; if none shows within 5 s, VS Code's own
+        Trigger Inline Suggestion (Alt+\\) asks again, as a user would. Seen here: in some code-server
+        sessions VS Code sends no inline completion request at all, even on Alt+\\; the failure message
+        counts the requests so that such a run is told apart from a server that answered nothing."""
         try:
             return self.wait_for_ghost(5_000)
         except AssertionError:
-            print("no inline completion request after typing; triggering it with Alt+\\")
+            print("no ghost text after typing; asking with Alt+\\")
             self.page.keyboard.press("Alt+Backslash")
             return self.wait_for_ghost(timeout_ms)
 
@@ -156,11 +171,21 @@ class VSCode:
         rows: list[str] = self.page.locator(SUGGEST_ROWS).all_inner_texts()
         return rows
 
-    def saved_text(self, name: str) -> str:
-        """Save the editor (Ctrl+S) and read the file once VS Code has finished writing it."""
-        self.page.keyboard.press("Control+S")
-        self.page.wait_for_selector(f'.tab.active:not(.dirty)[aria-label*="{name}"]')
-        return (self.project / name).read_text(encoding="utf-8")
+    def saved_text(
+        self, name: str, expected: str | None = None, timeout_s: float = 5, until: Any = None
+    ) -> str:
+        """Save the editor (Ctrl+S) and read the file once VS Code has finished writing it. With `expected`
+        (or a predicate `until`), save again until the file holds it or `timeout_s` passes (an accept lands
+        a moment after its key); the caller's assertion judges the text returned."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.page.keyboard.press("Control+S")
+            self.page.wait_for_selector(f'.tab.active:not(.dirty)[aria-label*="{name}"]')
+            text = (self.project / name).read_text(encoding="utf-8")
+            done = (until is None or until(text)) and (expected is None or text == expected)
+            if done or time.monotonic() > deadline:
+                return text
+            self.page.wait_for_timeout(200)
 
 
 @pytest.fixture
@@ -244,6 +269,8 @@ def start_vscode(code_server: Path, extensions_dir: Path, tmp_path: Path) -> Ite
 
     yield start
     for browser in browsers:
+        for page in browser.contexts[0].pages if browser.contexts else []:
+            page.screenshot(path=str(tmp_path / "last.png"))  # what the editor showed at the end
         browser.close()
     playwright.stop()
     for process in processes:
@@ -294,10 +321,12 @@ def test_fake_backend_exact_text_and_partial_accepts(start_vscode: Any, tmp_path
     assert ghost == "n < 2:"
     vscode.page.keyboard.press("Control+ArrowRight")
     assert vscode.wait_for_ghost(5_000, previous=ghost) == " < 2:"
-    assert vscode.saved_text("fib.py") == "def fib(n):\n    if n\n"
+    expected = "def fib(n):\n    if n\n"
+    assert vscode.saved_text("fib.py", expected) == expected
     vscode.page.keyboard.press("Control+Alt+L")  # editor.action.inlineSuggest.acceptNextLine
     vscode.page.wait_for_timeout(300)  # (the next suggestion, for the end of this line, may show at once)
-    assert vscode.saved_text("fib.py") == "def fib(n):\n    if n < 2:\n"
+    expected = "def fib(n):\n    if n < 2:\n"
+    assert vscode.saved_text("fib.py", expected) == expected
 
     # Enter indents one level deeper; the suggestion is the if's body line, and Tab takes it.
     vscode.page.keyboard.press("End")
@@ -307,7 +336,8 @@ def test_fake_backend_exact_text_and_partial_accepts(start_vscode: Any, tmp_path
     _assert_no_specls_row(vscode, ghost)
     vscode.page.keyboard.press("Tab")
     vscode.page.wait_for_timeout(300)
-    assert vscode.saved_text("fib.py") == "def fib(n):\n    if n < 2:\n        return n\n"
+    expected = "def fib(n):\n    if n < 2:\n        return n\n"
+    assert vscode.saved_text("fib.py", expected) == expected
 
 
 def test_bundled_model_ghost_text_at_a_line_start_is_accepted_with_tab(
@@ -326,7 +356,7 @@ def test_bundled_model_ghost_text_at_a_line_start_is_accepted_with_tab(
 
     vscode.page.keyboard.press("Tab")
     vscode.page.wait_for_timeout(300)
-    lines = vscode.saved_text("add.py").split("\n")
+    lines = vscode.saved_text("add.py", until=lambda text: text.split("\n")[1].strip()).split("\n")
     assert lines[0] == "def add(a, b):"
     # The new line holds the indentation VS Code gave it followed by exactly the ghost text: one level
     # (four spaces) and then code, not doubled indentation.
