@@ -3,7 +3,8 @@
 Why: at the bundled sizes the HF forward is dominated by per-call Python overhead. This path
 keeps one preallocated key/value tensor per layer, written by position (gpt-fast style), so a rollback is
 just forgetting positions: rejected slots are overwritten by the next forward. Attention is SDPA.
-q/k/v and gate/up projections are fused into one matmul each.
+q/k/v and gate/up projections are fused into one matmul each; every projection, the vocabulary one included,
+may hold int8 or int4 weights (`engine.quantize`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
+
+from engine.quantize import Quantization, check_quantization, make_linear
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -33,24 +36,27 @@ def supports_lean(model: PreTrainedModel) -> bool:
 
 
 class _Layer:
-    def __init__(self, hf_layer: Any) -> None:
+    def __init__(self, hf_layer: Any, quantization: Quantization) -> None:
         attn = hf_layer.self_attn
         mlp = hf_layer.mlp
         self.input_norm = hf_layer.input_layernorm.weight
         self.post_norm = hf_layer.post_attention_layernorm.weight
-        self.qkv_weight = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
+        qkv_weight = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
         biases = [attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias]
-        self.qkv_bias = torch.cat(biases) if all(b is not None for b in biases) else None
-        self.o_weight = attn.o_proj.weight
-        self.o_bias = attn.o_proj.bias
-        self.gate_up_weight = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
-        self.down_weight = mlp.down_proj.weight
+        qkv_bias = torch.cat(biases) if all(b is not None for b in biases) else None
+        self.qkv = make_linear(qkv_weight, qkv_bias, quantization)
+        self.o = make_linear(attn.o_proj.weight, attn.o_proj.bias, quantization)
+        gate_up_weight = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
+        self.gate_up = make_linear(gate_up_weight, None, quantization)
+        self.down = make_linear(mlp.down_proj.weight, None, quantization)
 
 
 class LeanLlamaDecoder:
     """`CausalDecoder` over a Llama checkpoint with a static cache of `max_length` positions."""
 
-    def __init__(self, model: PreTrainedModel, max_length: int | None = None) -> None:
+    def __init__(
+        self, model: PreTrainedModel, max_length: int | None = None, quantization: Quantization = "none"
+    ) -> None:
         if not supports_lean(model):
             raise ValueError(f"the lean decoder supports Llama checkpoints, not {model.config.model_type!r}")
         config = model.config
@@ -62,15 +68,19 @@ class LeanLlamaDecoder:
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.num_heads)
         self.eps = float(config.rms_norm_eps)
         self.hidden_size = int(config.hidden_size)
+        self.intermediate_size = int(config.intermediate_size)
         weight: torch.Tensor = model.get_input_embeddings().weight  # type: ignore[assignment]
         self.device, self.dtype = weight.device, weight.dtype
+        self.quantization = check_quantization(quantization, self.device)
         with torch.inference_mode():
             inner: Any = model.model
             self.embed = inner.embed_tokens.weight
-            self.layers = [_Layer(layer) for layer in inner.layers]
+            self.layers = [_Layer(layer, self.quantization) for layer in inner.layers]
             self.final_norm = inner.norm.weight
             output: Any = model.get_output_embeddings()
-            self.lm_head: torch.Tensor = output.weight  # the same tensor as `embed` when tied
+            # The vocabulary projection is the largest matmul of a small model: quantized like the rest
+            # (the embedding lookup keeps the full-precision table).
+            self.lm_head = make_linear(output.weight, None, self.quantization)
             # HF's rotary module already applies rope_theta and any scaling type; tabulate it once.
             positions = torch.arange(self.max_length, device=self.device)[None]
             cos, sin = inner.rotary_emb(weight[:1][None], positions)
@@ -119,7 +129,7 @@ class LeanLlamaDecoder:
         norm_shape = (self.hidden_size,)
         for index, layer in enumerate(self.layers):
             normed = F.rms_norm(hidden, norm_shape, layer.input_norm, self.eps)
-            q, k, v = F.linear(normed, layer.qkv_weight, layer.qkv_bias).split(self._split, dim=-1)
+            q, k, v = layer.qkv(normed).split(self._split, dim=-1)
             q = _rope(q.view(count, self.num_heads, self.head_dim).transpose(0, 1), cos, sin)
             k = _rope(k.view(count, self.num_kv_heads, self.head_dim).transpose(0, 1), cos, sin)
             keys, values = self.keys[index], self.values[index]
@@ -129,15 +139,15 @@ class LeanLlamaDecoder:
                 q[None], keys[None, :, :end], values[None, :, :end], attn_mask=mask, enable_gqa=True
             )
             merged = attended[0].transpose(0, 1).reshape(count, self.num_heads * self.head_dim)
-            hidden = hidden + F.linear(merged, layer.o_weight, layer.o_bias)
+            hidden = hidden + layer.o(merged)
             normed = F.rms_norm(hidden, norm_shape, layer.post_norm, self.eps)
-            gate, up = F.linear(normed, layer.gate_up_weight).chunk(2, dim=-1)
-            hidden = hidden + F.linear(F.silu(gate) * up, layer.down_weight)
+            gate, up = layer.gate_up(normed).chunk(2, dim=-1)
+            hidden = hidden + layer.down(F.silu(gate) * up)
         self._tokens.extend(token_ids)
         if not logits:
             return hidden.new_empty(0)
         hidden = F.rms_norm(hidden, norm_shape, self.final_norm, self.eps)
-        return F.linear(hidden, self.lm_head).float()
+        return self.lm_head(hidden).float()
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

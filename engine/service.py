@@ -31,7 +31,7 @@ from engine.autoregressive import autoregressive_generate
 from engine.costs import StepCosts, measure_step_costs
 from engine.drafters.base import Drafter
 from engine.drafters.hybrid import HybridDrafter
-from engine.drafters.length import AdaptiveDraftLength
+from engine.drafters.length import AdaptiveDraftLength, SyntaxAcceptance, SyntaxDraftPolicy
 from engine.drafters.lookup import PromptLookupDrafter
 from engine.drafters.model import ModelDrafter
 from engine.drafters.stale import StaleCompletionDrafter
@@ -40,6 +40,7 @@ from engine.generation import DecodeSettings
 from engine.healing import ForcedPrefix, TokenTexts, can_spell_words
 from engine.hf_decoder import context_length, make_decoder
 from engine.models import ModelPair, end_of_text_ids, load_pair
+from engine.runtime import build_target_decoder
 from engine.speculative import PollingDecoder, speculative_generate
 
 if TYPE_CHECKING:
@@ -59,6 +60,8 @@ class LocalEngine:
         dtype: str = "auto",
         pair: ModelPair | None = None,
         max_context: int | None = None,
+        runtime: str = "auto",
+        quantization: str = "none",
     ) -> None:
         self.pair = pair if pair is not None else load_pair(target, draft, device, dtype)
         self.tokenizer = self.pair.tokenizer
@@ -67,7 +70,15 @@ class LocalEngine:
         if max_context:
             window = min(window, max_context)
         self.window = window
-        self.target = make_decoder(self.pair.target, window)
+        source = self.pair.target_source
+        self.target, self.runtime = build_target_decoder(
+            self.pair.target,
+            source.location if source.is_local else None,
+            window,
+            runtime=runtime,
+            quantization=quantization,
+            threads=torch.get_num_threads(),
+        )
         # None: no draft model shares the target's tokenizer; the copying drafters still run.
         self.draft_decoder: CausalDecoder | None = None
         if self.pair.draft is not None:
@@ -75,6 +86,7 @@ class LocalEngine:
         self.eos_ids = end_of_text_ids(self.tokenizer, self.pair.target)
         self._lookup: tuple[tuple[str, ...], PromptLookupDrafter] | None = None
         self._hybrid_acceptance: dict[str, float] = {}  # per-drafter trust, learned across calls
+        self.draft_acceptance = SyntaxAcceptance()  # how long drafts hold per syntax context, on this model
         self._lock = threading.Lock()
         self.token_texts = TokenTexts.from_tokenizer(self.tokenizer)
         self.step_costs = self._measure_step_costs()
@@ -107,6 +119,7 @@ class LocalEngine:
             context_length=self.window,
             device=str(self.pair.device),
             token_healing=can_spell_words(self.token_texts),
+            runtime=self.runtime.describe(),
         )
 
     def encode(self, text: str) -> list[int]:
@@ -145,8 +158,7 @@ class LocalEngine:
                     forced=forced,
                 )
             drafter = self._build_drafter(request, cancel)
-            # A fresh adaptive policy per call: a seeded request then samples the same tokens every time.
-            policy: DraftLengthPolicy = request.draft_policy or AdaptiveDraftLength()
+            policy = self._draft_policy(request)
             return speculative_generate(
                 self.target,
                 drafter,
@@ -159,6 +171,15 @@ class LocalEngine:
                 step_costs=self.step_costs,
                 forced=forced,
             )
+
+    def _draft_policy(self, request: CompletionRequest) -> DraftLengthPolicy:
+        """The request's own policy, else the syntax policy learning into this model's acceptance, else a
+        fresh adaptive one (a seeded request then samples the same tokens every time)."""
+        if request.draft_policy is not None:
+            return request.draft_policy
+        if request.syntax_context is not None:
+            return SyntaxDraftPolicy(classify=request.syntax_context, acceptance=self.draft_acceptance)
+        return AdaptiveDraftLength()
 
     def close(self) -> None:
         with self._lock:

@@ -61,6 +61,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="generate --max-new-tokens past end-of-text: a steady-state row, not the headline "
         "(default: natural stops)",
     )
+    throughput.add_argument(
+        "--runtime",
+        choices=("auto", "llama.cpp", "torch"),
+        default="auto",
+        help="what decodes the target: auto (default: llama.cpp when installed and a GGUF lies beside the "
+        "target, else torch), llama.cpp or torch",
+    )
+    throughput.add_argument(
+        "--quantize",
+        choices=("none", "int8", "int4"),
+        default="none",
+        help="torch runtime: int8 or int4 weight-only projections (default: none)",
+    )
     _model_arguments(throughput)
 
     draft_length = sub.add_parser(
@@ -244,6 +257,8 @@ def _throughput(args: argparse.Namespace) -> int:
         draft=args.draft,
         device=args.device,
         dtype=args.dtype,
+        runtime=args.runtime,
+        quantization=args.quantize,
         threads=args.threads,
         repeats=args.repeats,
         methods=methods,

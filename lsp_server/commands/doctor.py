@@ -81,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
     report("versions", lambda: check_versions(pinned_requirements()))
     report("model pair", lambda: check_model_pair(args.target, args.draft))
     report("dtype", lambda: check_dtype(args.target, args.device, args.dtype))
+    report("runtime", lambda: check_runtime(args.target, args.device))
     report("tree-sitter grammars", check_grammars)
     if args.no_server:
         report("server", lambda: [Check("server", "skip", "not started (--no-server)")])
@@ -339,6 +340,25 @@ def check_dtype(target: str | None, device: str, requested: str) -> list[Check]:
             "greedy speculative output may differ from plain decoding only at near-ties (--dtype fp32: never)"
         )
     return [Check("dtype", "ok", f"{name} ({reason}); {lossless}")]
+
+
+def check_runtime(target: str | None, device: str) -> list[Check]:
+    """What would decode the target (llama.cpp in process, or torch) and why; never loads the model."""
+    from engine.llama_cpp_decoder import find_gguf, llama_cpp_available
+    from engine.models import pick_device, resolve_model_path
+    from engine.runtime import choose_runtime, llama_cpp_blocker
+
+    source = resolve_model_path(target, "target")
+    gguf = find_gguf(Path(source.location)) if source.is_local else None
+    blocker = llama_cpp_blocker(pick_device(device).type, gguf, llama_cpp_available())
+    runtime, reason = choose_runtime("auto", "none", blocker)
+    if runtime == "llama.cpp" and gguf is not None:
+        detail = (
+            f"llama.cpp in process over {gguf.name} ({reason}); greedy speculative output may differ from "
+        )
+        detail += "plain decoding only at near-ties"
+        return [Check("runtime", "ok", detail)]
+    return [Check("runtime", "ok", f"torch ({reason})")]
 
 
 # --- grammars ---

@@ -1,4 +1,4 @@
-"""Everything the engine needs for one completion at one cursor: prompt, mode, stop rules, draft policy."""
+"""Everything the engine needs for one completion at one cursor: prompt, mode, stop rules, syntax context."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from engine.api import BackendInfo, DraftLengthPolicy, StopCheck
+from engine.api import BackendInfo, StopCheck, SyntaxClassifier
 from lsp_server.context.fim import (
     BLOCK_LINES,
     PREFIX_ONLY,
@@ -17,10 +17,10 @@ from lsp_server.context.fim import (
 )
 from lsp_server.context.indentation import IndentStyle, indent_style_around, reindent
 from lsp_server.context.languages import language_spec
-from lsp_server.context.policy import SyntaxDraftPolicy, identifiers_in
-from lsp_server.context.snippets import select_snippets
+from lsp_server.context.snippets import display_path, select_snippets
 from lsp_server.context.stops import SyntaxStopRules, finalize
 from lsp_server.context.syntax import Mode, completion_mode, indent_width, opens_block
+from lsp_server.context.syntax_context import identifiers_in, syntax_classifier
 
 if TYPE_CHECKING:
     from lsp_server.documents import Document, DocumentStore
@@ -47,7 +47,7 @@ class CompletionContext:
     suffix: str  # file text after the cursor (trimmed to the budget)
     mode: Mode
     stop_check: StopCheck
-    draft_policy: DraftLengthPolicy
+    syntax_context: SyntaxClassifier  # names the syntax context before each token, for draft lengths
     lookup_snippets: tuple[str, ...]  # other-file snippets, also for the engine's n-gram drafter
     stop_strings: tuple[str, ...]
     template: FimTemplate = field(default=PREFIX_ONLY)
@@ -154,7 +154,7 @@ def build_completion_context(
             "",
             mode,
             rules,
-            SyntaxDraftPolicy(),
+            syntax_classifier(),
             (),
             template.stop_strings,
             template,
@@ -174,26 +174,27 @@ def build_completion_context(
         count_tokens=count_tokens,
     )
     comment = spec.line_comment if spec else "#"
-    head = template.format("", "", snippets, comment)
+    path = display_path(uri)
+    head = template.format("", "", snippets, comment, path)
     file_budget = budget - (count_tokens(head) if head else 0)
     prefix, suffix = _fit_file_text(doc, offset, file_budget, template, settings, count_tokens)
-    prompt = template.format(prefix, suffix, snippets, comment)
+    prompt = template.format(prefix, suffix, snippets, comment, path)
     # Block boundaries are estimated per block; trim a block more in the rare case the joins add tokens.
     while count_tokens(prompt) > budget and prefix:
         prefix = prefix[prefix.find("\n") + 1 :] if "\n" in prefix else ""
-        prompt = template.format(prefix, suffix, snippets, comment)
+        prompt = template.format(prefix, suffix, snippets, comment, path)
 
     fragment = healed_fragment(prefix) if info.token_healing and settings.token_healing else ""
     if fragment:
-        prompt = template.format(prefix[: -len(fragment)], suffix, snippets, comment)
-    policy = SyntaxDraftPolicy(known_identifiers=identifiers_in(prefix + suffix))
+        prompt = template.format(prefix[: -len(fragment)], suffix, snippets, comment, path)
+    classify = syntax_classifier(identifiers_in(prefix + suffix))
     return CompletionContext(
         prompt=prompt,
         prefix=prefix,
         suffix=suffix,
         mode=mode,
         stop_check=rules,
-        draft_policy=policy,
+        syntax_context=classify,
         lookup_snippets=tuple(snippet.text for snippet in snippets),
         stop_strings=template.stop_strings,
         template=template,

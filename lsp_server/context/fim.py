@@ -41,12 +41,18 @@ class FimTemplate:
     # How the three tokens are glued to the text: CodeLlama wants spaces around them.
     pre_gap: str = ""
     mid_gap: str = ""
+    # Prefix-only prompts: a line naming the current file before its text ({comment} and {path}), the way
+    # code appears in pretraining data; "" for none. Chosen by measurement (bench/prompt_template.py).
+    file_header: str = ""
 
-    def format(self, prefix: str, suffix: str, snippets: Sequence[Snippet] = (), comment: str = "#") -> str:
+    def format(
+        self, prefix: str, suffix: str, snippets: Sequence[Snippet] = (), comment: str = "#", path: str = ""
+    ) -> str:
         """The full prompt: snippet blocks, then prefix and suffix in this family's order."""
         context = "".join(self.format_snippet(snippet, comment) for snippet in snippets)
         if self.order == "prefix-only":
-            return context + prefix
+            header = self.file_header.format(comment=comment, path=path) if path and self.file_header else ""
+            return context + header + prefix
         if self.order == "spm":
             return f"{context}{self.suffix_token}{suffix}{self.prefix_token}{prefix}{self.middle_token}"
         pre = f"{self.prefix_token}{self.pre_gap}{prefix}{self.pre_gap}"

@@ -189,3 +189,17 @@ def test_common_prefix_length() -> None:
     assert common_prefix_length([1, 2, 3], [1, 2, 4, 5]) == 2
     assert common_prefix_length([], [1]) == 0
     assert prefix_reuse_rate([[1, 2], [1, 2, 3], [9]]) == pytest.approx(2 / 4)
+
+
+def test_a_prefix_only_header_names_the_file_before_its_text() -> None:
+    import dataclasses
+
+    from lsp_server.context.fim import PREFIX_ONLY, Snippet
+
+    template = dataclasses.replace(PREFIX_ONLY, file_header="{comment} {path}\n")
+    snippet = Snippet("pkg/util.py", "def helper():\n    pass")
+    prompt = template.format("x = 1\n", "ignored suffix", [snippet], "//", "pkg/main.go")
+    assert prompt == "// pkg/util.py\ndef helper():\n    pass\n// pkg/main.go\nx = 1\n"
+    assert template.format("x = 1\n", "", (), "#", "") == "x = 1\n"  # no path, no header
+    no_header = dataclasses.replace(PREFIX_ONLY, file_header="")
+    assert no_header.format("x = 1\n", "", (), "#", "a.py") == "x = 1\n"

@@ -1,0 +1,119 @@
+"""Weight-only quantization of the lean decoder's projections (gpt-fast style): int8 per output channel,
+int4 in groups of 32 input features with a scale and a zero point per group.
+
+Why: one decode step of a small model reads every weight once, so it is bound by memory bandwidth and
+per-call overhead; int8 halves the bytes of bf16, int4 quarters them. Activations stay in the model's dtype.
+On CPU the matmuls run torch's packed kernels (`_weight_int8pack_mm`, `_weight_int4pack_mm_for_cpu`); on
+other devices the weights are dequantized per call, which is correct but saves memory only.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+import torch
+import torch.nn.functional as F
+
+Quantization = Literal["none", "int8", "int4"]
+QUANTIZATIONS: tuple[Quantization, ...] = ("none", "int8", "int4")
+INT4_GROUP = 32  # input features sharing one int4 scale and zero point
+_INT4_INNER_K_TILES = 2  # packing parameter of the int4 kernels (the CPU one ignores it)
+
+
+class Linear(Protocol):
+    """y = x @ W.T + b for x of shape [..., in_features]."""
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
+
+
+class DenseLinear:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        self.weight, self.bias = weight, bias
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+class Int8Linear:
+    """Symmetric int8 weights with one scale per output channel."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        self.int8, scales = quantize_int8(weight)
+        self.scales = scales.to(weight.dtype)
+        self.bias = bias
+        self.out_features = weight.shape[0]
+        self.packed_kernel = weight.device.type == "cpu"
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed_kernel:
+            flat = torch._weight_int8pack_mm(x.reshape(-1, x.shape[-1]), self.int8, self.scales)
+            y: torch.Tensor = flat.view(*x.shape[:-1], self.out_features)
+        else:
+            y = F.linear(x, self.int8.to(x.dtype)) * self.scales
+        return y if self.bias is None else y + self.bias
+
+
+class Int4Linear:
+    """Asymmetric int4 weights in groups of INT4_GROUP input features; CPU only (torch's packed kernel)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        if not int4_fits(weight):
+            raise ValueError(
+                f"int4 needs a CPU weight with in_features divisible by {INT4_GROUP}: {tuple(weight.shape)}"
+            )
+        codes, scales_and_zeros = quantize_int4(weight)
+        self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, _INT4_INNER_K_TILES)
+        self.scales_and_zeros = scales_and_zeros.to(weight.dtype)
+        self.bias = bias
+        self.out_features = weight.shape[0]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        flat = torch.ops.aten._weight_int4pack_mm_for_cpu(
+            x.reshape(-1, x.shape[-1]), self.packed, INT4_GROUP, self.scales_and_zeros
+        )
+        y: torch.Tensor = flat.view(*x.shape[:-1], self.out_features)
+        return y if self.bias is None else y + self.bias
+
+
+def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Codes in [-127, 127] and float32 scales with weight ~= codes * scales[:, None]."""
+    w = weight.float()
+    scales = (w.abs().amax(dim=1) / 127).clamp(min=1e-10)
+    codes = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8)
+    return codes, scales
+
+
+def quantize_int4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Codes in [0, 15] (int32, [out, in]) and [in / group, out, 2] scales and zeros in float32.
+
+    The kernel dequantizes (code - 8) * scale + zero, so zero = group min + 8 * scale.
+    """
+    out_features, in_features = weight.shape
+    groups = weight.float().reshape(out_features, in_features // INT4_GROUP, INT4_GROUP)
+    low, high = groups.amin(dim=-1), groups.amax(dim=-1)
+    scales = ((high - low) / 15).clamp(min=1e-10)
+    codes = torch.round((groups - low[..., None]) / scales[..., None]).clamp(0, 15)
+    zeros = low + 8 * scales
+    scales_and_zeros = torch.stack([scales, zeros], dim=-1).transpose(0, 1).contiguous()
+    return codes.to(torch.int32).reshape(out_features, in_features), scales_and_zeros
+
+
+def int4_fits(weight: torch.Tensor) -> bool:
+    return weight.device.type == "cpu" and weight.shape[1] % INT4_GROUP == 0
+
+
+def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, quantization: Quantization) -> Linear:
+    if quantization == "int8":
+        return Int8Linear(weight, bias)
+    if quantization == "int4":
+        return Int4Linear(weight, bias)
+    return DenseLinear(weight, bias)
+
+
+def check_quantization(quantization: str, device: torch.device) -> Quantization:
+    """The validated name; int4 is refused off CPU (no packed kernel there in this torch)."""
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"unknown quantization {quantization!r}; choose one of {', '.join(QUANTIZATIONS)}")
+    if quantization == "int4" and device.type != "cpu":
+        raise ValueError("int4 weights run on CPU only; use int8 or none on this device")
+    return quantization

@@ -1,0 +1,118 @@
+"""Which runtime decodes the target: llama.cpp in process over the model's GGUF, or the torch decoders.
+
+The default ("auto") is the fastest one installed: llama.cpp when llama-cpp-python is installed, the device
+is a CPU and a GGUF file lies beside the target's weights with the same vocabulary (bench/results/
+decode-speed-cpu.md measures it against the torch decoders and llama-server); otherwise torch, with the lean
+static-cache decoder for Llama checkpoints (optionally with int8/int4 weights, `engine.quantize`) and
+transformers' forward for everything else. Every fallback says why, for `specls doctor` and `specls info`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from engine.quantize import QUANTIZATIONS, Quantization
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from engine.decoder import CausalDecoder
+
+RuntimeName = Literal["auto", "llama.cpp", "torch"]
+RUNTIMES: tuple[RuntimeName, ...] = ("auto", "llama.cpp", "torch")
+
+
+class RuntimeUnavailable(ValueError):
+    """A runtime that was asked for by name cannot run this target; the message says what is missing."""
+
+
+@dataclass(frozen=True)
+class RuntimeChoice:
+    runtime: str  # "llama.cpp", "lean" or "transformers"
+    weights: str  # what the matmuls read: "fp32", "bf16", "bf16 + int8 weights", or the GGUF file name
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.runtime} ({self.weights}): {self.reason}"
+
+
+def llama_cpp_blocker(device_type: str, gguf: Path | None, installed: bool) -> str | None:
+    """Why llama.cpp cannot run this target, or None when it can."""
+    if device_type != "cpu":
+        return f"the in-process llama.cpp runtime is built for CPU, the device is {device_type}"
+    if not installed:
+        return "llama-cpp-python is not installed (bash scripts/setup.sh --llama-cpp)"
+    if gguf is None:
+        return "no .gguf file beside the target's weights"
+    return None
+
+
+def choose_runtime(requested: str, quantization: str, blocker: str | None) -> tuple[str, str]:
+    """("llama.cpp" or "torch", why). An explicit request wins or fails with the blocker; quantizing
+    torch weights is a torch request."""
+    if requested not in RUNTIMES:
+        raise RuntimeUnavailable(f"unknown runtime {requested!r}; choose one of {', '.join(RUNTIMES)}")
+    if quantization not in QUANTIZATIONS:
+        raise RuntimeUnavailable(
+            f"unknown quantization {quantization!r}; choose one of {', '.join(QUANTIZATIONS)}"
+        )
+    if requested == "llama.cpp":
+        if blocker is not None:
+            raise RuntimeUnavailable(f"cannot run llama.cpp: {blocker}")
+        return "llama.cpp", "requested"
+    if requested == "torch":
+        return "torch", "requested"
+    if quantization != "none":
+        return "torch", f"{quantization} weights are a torch option"
+    if blocker is None:
+        return "llama.cpp", "the fastest runtime installed (bench/results/decode-speed-cpu.md)"
+    return "torch", blocker
+
+
+def build_target_decoder(
+    model: PreTrainedModel,
+    folder: str | None,
+    window: int,
+    *,
+    runtime: str = "auto",
+    quantization: str = "none",
+    threads: int = 1,
+) -> tuple[CausalDecoder, RuntimeChoice]:
+    """The target's decoder under the chosen runtime, and the choice with its reason."""
+    import torch
+
+    from engine.hf_decoder import HFDecoder
+    from engine.lean import LeanLlamaDecoder, supports_lean
+    from engine.llama_cpp_decoder import find_gguf, llama_cpp_available
+
+    device_type = model.device.type
+    gguf = find_gguf(Path(folder)) if folder else None
+    blocker = llama_cpp_blocker(device_type, gguf, llama_cpp_available())
+    chosen, reason = choose_runtime(runtime, quantization, blocker)
+    if chosen == "llama.cpp" and gguf is not None:
+        from engine.llama_cpp_decoder import LlamaCppDecoder
+
+        decoder = LlamaCppDecoder(gguf, window, threads=threads)
+        expected = int(model.get_output_embeddings().weight.shape[0])
+        if decoder.vocab_size == expected:
+            return decoder, RuntimeChoice("llama.cpp", gguf.name, reason)
+        decoder.close()
+        if runtime == "llama.cpp":
+            raise RuntimeUnavailable(f"{gguf.name} has {decoder.vocab_size} tokens, the target {expected}")
+        reason = f"{gguf.name} has {decoder.vocab_size} tokens, the target {expected}"
+    dtype = (
+        "bf16"
+        if model.dtype == torch.bfloat16
+        else "fp32"
+        if model.dtype == torch.float32
+        else str(model.dtype)
+    )
+    if supports_lean(model):
+        checked: Quantization = quantization  # type: ignore[assignment]  # validated by choose_runtime
+        weights = dtype if quantization == "none" else f"{dtype} + {quantization} weights"
+        return LeanLlamaDecoder(model, window, checked), RuntimeChoice("lean", weights, reason)
+    if quantization != "none":
+        raise RuntimeUnavailable(f"{quantization} weights need a Llama-family target (the lean decoder)")
+    return HFDecoder(model, window), RuntimeChoice("transformers", dtype, reason)
