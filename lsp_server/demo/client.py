@@ -69,9 +69,19 @@ class ServerSession:
         self.settings: dict[str, Any] = {}  # what configure() has sent so far
         self._stderr_task: asyncio.Task[None] | None = None
 
-        self.client.feature("specls/status")(self._on_status)
-        self.client.feature(types.WINDOW_SHOW_MESSAGE)(self._on_show_message)
-        self.client.feature(types.WINDOW_LOG_MESSAGE)(self._on_log_message)
+        # pygls registers plain functions only (it sets attributes on them), so bound methods get a wrapper.
+        def on_status(params: Any) -> None:
+            self._on_status(params)
+
+        def on_show_message(params: types.ShowMessageParams) -> None:
+            self._on_show_message(params)
+
+        def on_log_message(params: types.LogMessageParams) -> None:
+            self._on_log_message(params)
+
+        self.client.feature("specls/status")(on_status)
+        self.client.feature(types.WINDOW_SHOW_MESSAGE)(on_show_message)
+        self.client.feature(types.WINDOW_LOG_MESSAGE)(on_log_message)
 
     def _on_status(self, params: Any) -> None:
         self.statuses.append(to_plain(params))
