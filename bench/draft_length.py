@@ -2,7 +2,7 @@
 
 Same held-out prompts and cold-cache rules as the throughput benchmark (`bench.throughput`). Every policy
 is wrapped in a `RecordingPolicy`, which names each round's syntax context with the classifier the policy
-itself uses (`lsp_server.context.syntax_context_of`) and keeps the drafted and accepted counts the loop
+itself uses (the prompt's `lsp_server.context.syntax_context_of`) and keeps the drafted and accepted counts the loop
 reports to `observe`. Policies run interleaved per prompt on one loaded pair; greedy outputs must not
 depend on the policy, and the report says if one did.
 """
@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 from bench.metrics import first_difference, markdown_table, median, write_result_files
 from bench.prompts import BenchPrompt, build_prompts
 from bench.throughput import MethodRunner, ThroughputConfig, environment
-from engine.api import DraftContext, DraftLengthPolicy, LearningDraftPolicy
+from engine.api import DraftContext, DraftLengthPolicy, LearningDraftPolicy, SyntaxClassifier
 
 if TYPE_CHECKING:
-    from lsp_server.context import SyntaxAcceptance
+    from engine.drafters.length import SyntaxAcceptance
 
 FIXED_LENGTHS = (2, 4, 8, 16, 32)
 
@@ -41,15 +41,13 @@ class RecordingPolicy:
     """A `DraftLengthPolicy` that delegates to `inner` and records every round by syntax context."""
 
     inner: DraftLengthPolicy
-    known_identifiers: frozenset[str] = frozenset()
+    classify: SyntaxClassifier
     rounds: list[RoundRecord] = field(default_factory=list)
     _pending: tuple[str, int] | None = None
 
     def max_draft_tokens(self, ctx: DraftContext) -> int:
-        from lsp_server.context import syntax_context_of
-
         limit = self.inner.max_draft_tokens(ctx)
-        self._pending = (syntax_context_of(ctx.text_before, self.known_identifiers), limit)
+        self._pending = (self.classify(ctx.text_before), limit)
         return limit
 
     def observe(self, drafter: str, num_drafted: int, num_accepted: int) -> None:
@@ -123,25 +121,23 @@ class PolicyFactory:
     cost_only: SyntaxAcceptance = field(default_factory=lambda: _new_acceptance())
 
     def make(self, name: str, prompt: BenchPrompt) -> RecordingPolicy:
-        from engine.drafters.length import AdaptiveDraftLength
-        from lsp_server.context import FixedDraftPolicy, SyntaxDraftPolicy
+        from engine.drafters.length import AdaptiveDraftLength, FixedDraftPolicy, SyntaxDraftPolicy
 
-        built = prompt.context.draft_policy
-        known = built.known_identifiers if isinstance(built, SyntaxDraftPolicy) else frozenset()
+        classify = prompt.context.syntax_context
         inner: DraftLengthPolicy
         if name == "syntax":
-            inner = SyntaxDraftPolicy(known_identifiers=known, acceptance=self.syntax)
+            inner = SyntaxDraftPolicy(classify=classify, acceptance=self.syntax)
         elif name == "cost-only":
-            inner = SyntaxDraftPolicy(acceptance=self.cost_only, classify=lambda text, known: "other")
+            inner = SyntaxDraftPolicy(acceptance=self.cost_only)  # one context for all: cost alone
         elif name == "adaptive":
             inner = AdaptiveDraftLength()
         else:
             inner = FixedDraftPolicy(int(name.split("-")[1]))
-        return RecordingPolicy(inner, known)
+        return RecordingPolicy(inner, classify)
 
 
 def _new_acceptance() -> SyntaxAcceptance:
-    from lsp_server.context import SyntaxAcceptance  # lazy: tree-sitter loads only when a benchmark runs
+    from engine.drafters.length import SyntaxAcceptance
 
     return SyntaxAcceptance()
 

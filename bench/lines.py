@@ -126,7 +126,6 @@ def score_model(
     from lsp_server.context import build_completion_context, finalize_completion
     from lsp_server.context.fim import marker_texts
     from lsp_server.context.indentation import indentation_ok
-    from lsp_server.context.policy import SyntaxAcceptance, shared_learning
     from lsp_server.context.request import engine_request
     from lsp_server.documents import DocumentStore
 
@@ -135,7 +134,6 @@ def score_model(
     info = engine.info()
     settings = ServerSettings()
     markers = marker_texts(info.special_tokens)
-    acceptance = SyntaxAcceptance()  # learned across positions, as the server's engine worker does
     outcomes: list[Outcome] = []
     for position in positions:
         store = DocumentStore()
@@ -146,8 +144,8 @@ def score_model(
         )
         if ctx.mode == "none" or ctx.stop_rules is None:
             continue
-        policy = shared_learning(ctx.draft_policy, acceptance)
-        request = engine_request(ctx, settings, previous_completion="", draft_policy=policy)
+        # The engine learns draft lengths across positions, as it does across keystrokes in the server.
+        request = engine_request(ctx, settings, previous_completion="")
         started = time.perf_counter()
         result = engine.complete(request)
         wall = time.perf_counter() - started

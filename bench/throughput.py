@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from engine.api import DraftLengthPolicy
     from engine.drafters.base import Drafter
     from engine.service import LocalEngine
-    from lsp_server.context import SyntaxAcceptance
 
 ENGINE_DRAFTERS = ("model", "lookup", "suffix", "hybrid")
 PEER_METHODS = ("hf-greedy", "hf-assisted", "hf-prompt-lookup")
@@ -86,16 +85,18 @@ class Run:
         return self.new_tokens / self.wall_s if self.wall_s > 0 else float("nan")
 
 
-def make_policy(name: str, prompt: BenchPrompt, learned: SyntaxAcceptance) -> DraftLengthPolicy | None:
-    """None lets the engine use its adaptive default; "syntax" is the server's policy, which keeps what it
-    learns across prompts in `learned` (the server keeps it across keystrokes)."""
-    from lsp_server.context import FixedDraftPolicy, shared_learning
+def policy_fields(name: str, prompt: BenchPrompt) -> dict[str, Any]:
+    """The request fields that choose a draft-length policy: "syntax" is the server's (the prompt's syntax
+    classifier; the engine keeps what it learns across prompts, as across keystrokes), "adaptive" the
+    engine's default, a number a fixed length."""
+    from engine.drafters.length import FixedDraftPolicy
 
     if name == "adaptive":
-        return None
+        return {}
     if name == "syntax":
-        return shared_learning(prompt.context.draft_policy, learned)
-    return FixedDraftPolicy(int(name))
+        return {"syntax_context": prompt.context.syntax_context}
+    policy: DraftLengthPolicy = FixedDraftPolicy(int(name))
+    return {"draft_policy": policy}
 
 
 class MethodRunner:
@@ -106,13 +107,10 @@ class MethodRunner:
     ) -> None:
         import torch
 
-        from lsp_server.context import SyntaxAcceptance
-
         self.engine = engine
         self.config = config
         self.torch = torch
         self.peers = peers or {}
-        self.learned = SyntaxAcceptance()  # the syntax policy's acceptance curves, kept across prompts
         self.pair = engine.pair
         self.eos_ids = engine.eos_ids
         models = [model for model in (self.pair.target, self.pair.draft) if model is not None]
@@ -170,7 +168,7 @@ class MethodRunner:
             drafter=drafter,
             lookup_context=ctx.lookup_snippets,
             suffix=ctx.suffix,
-            draft_policy=make_policy(self.config.draft_policy, prompt, self.learned),
+            **policy_fields(self.config.draft_policy, prompt),
         )
         result = self.engine.complete(request)
         return list(result.token_ids), dict(result.stats)

@@ -31,7 +31,7 @@ from engine.autoregressive import autoregressive_generate
 from engine.costs import StepCosts, measure_step_costs
 from engine.drafters.base import Drafter
 from engine.drafters.hybrid import HybridDrafter
-from engine.drafters.length import AdaptiveDraftLength
+from engine.drafters.length import AdaptiveDraftLength, SyntaxAcceptance, SyntaxDraftPolicy
 from engine.drafters.lookup import PromptLookupDrafter
 from engine.drafters.model import ModelDrafter
 from engine.drafters.stale import StaleCompletionDrafter
@@ -86,6 +86,7 @@ class LocalEngine:
         self.eos_ids = end_of_text_ids(self.tokenizer, self.pair.target)
         self._lookup: tuple[tuple[str, ...], PromptLookupDrafter] | None = None
         self._hybrid_acceptance: dict[str, float] = {}  # per-drafter trust, learned across calls
+        self.draft_acceptance = SyntaxAcceptance()  # how long drafts hold per syntax context, on this model
         self._lock = threading.Lock()
         self.token_texts = TokenTexts.from_tokenizer(self.tokenizer)
         self.step_costs = self._measure_step_costs()
@@ -157,8 +158,7 @@ class LocalEngine:
                     forced=forced,
                 )
             drafter = self._build_drafter(request, cancel)
-            # A fresh adaptive policy per call: a seeded request then samples the same tokens every time.
-            policy: DraftLengthPolicy = request.draft_policy or AdaptiveDraftLength()
+            policy = self._draft_policy(request)
             return speculative_generate(
                 self.target,
                 drafter,
@@ -171,6 +171,15 @@ class LocalEngine:
                 step_costs=self.step_costs,
                 forced=forced,
             )
+
+    def _draft_policy(self, request: CompletionRequest) -> DraftLengthPolicy:
+        """The request's own policy, else the syntax policy learning into this model's acceptance, else a
+        fresh adaptive one (a seeded request then samples the same tokens every time)."""
+        if request.draft_policy is not None:
+            return request.draft_policy
+        if request.syntax_context is not None:
+            return SyntaxDraftPolicy(classify=request.syntax_context, acceptance=self.draft_acceptance)
+        return AdaptiveDraftLength()
 
     def close(self) -> None:
         with self._lock:

@@ -4,7 +4,7 @@ It loads the backend, builds each prompt (under the store lock, so it reads a co
 `backend.complete`, which is CPU-bound and never touches the event loop. It reports back only through
 `loop.call_soon_threadsafe`, and the loop talks to a running generation only through its `CancelToken`,
 which the engine polls every speculative round. What the syntax draft-length policy learned about the
-loaded model lives here too, and is forgotten when another model loads.
+loaded model lives with the model, in the engine (`LocalEngine.draft_acceptance`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from engine.api import BackendInfo, CompletionBackend, CompletionResult
 from lsp_server.config import ServerSettings
-from lsp_server.context import CompletionContext, ContextSettings, SyntaxAcceptance, shared_learning
+from lsp_server.context import CompletionContext, ContextSettings
 from lsp_server.context.request import engine_request
 from lsp_server.documents import DocumentStore
 from lsp_server.jobs import FairQueue, Generation, is_current
@@ -78,7 +78,6 @@ class EngineWorker:
         # The thread's own.
         self._backend: CompletionBackend | None = None
         self._info: BackendInfo | None = None
-        self._draft_acceptance = SyntaxAcceptance()
 
     # --- the event loop's side ---
 
@@ -159,7 +158,6 @@ class EngineWorker:
             self._post(self._on_loaded, None, f"{type(exc).__name__}: {exc}", epoch)
             return
         self._backend, self._info = backend, info
-        self._draft_acceptance = SyntaxAcceptance()  # a new model drafts differently
         self._post(self._on_loaded, info, None, epoch)
 
     def _run(self, generation: Generation) -> None:
@@ -185,12 +183,7 @@ class EngineWorker:
             if ctx.mode == "none":
                 self._post(self._on_done, generation, "", CompletionResult("", "stop"), None)
                 return
-            request = engine_request(
-                ctx,
-                settings,
-                previous_completion=generation.previous_completion,
-                draft_policy=shared_learning(ctx.draft_policy, self._draft_acceptance),
-            )
+            request = engine_request(ctx, settings, previous_completion=generation.previous_completion)
             self._post(self._on_started)
             result = backend.complete(
                 request,

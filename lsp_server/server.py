@@ -70,6 +70,15 @@ class SpeclsProtocol(LanguageServerProtocol):
             return
         super().handle_message(message)
 
+    @lsp_method(types.INITIALIZE)
+    def lsp_initialize(self, params: types.InitializeParams) -> Any:
+        result = yield from super().lsp_initialize(params)
+        if supports_inline_completion(params.capabilities):
+            # One completion path per client: offered both, VS Code asks both at every keystroke and shows a
+            # suggest-widget row that Tab takes instead of the ghost text.
+            result.capabilities.completion_provider = None
+        return result
+
     @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
     def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams) -> Any:
         if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_OPEN)) is not None:
@@ -84,6 +93,13 @@ class SpeclsProtocol(LanguageServerProtocol):
     def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams) -> Any:
         if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CLOSE)) is not None:
             yield handler, (params,), None
+
+
+def supports_inline_completion(capabilities: types.ClientCapabilities) -> bool:
+    """Whether the client asks `textDocument/inlineCompletion` itself; `textDocument/completion` is the
+    fallback for clients that do not."""
+    text_document = capabilities.text_document
+    return text_document is not None and text_document.inline_completion is not None
 
 
 class SpeclsServer(LanguageServer):
@@ -340,8 +356,8 @@ def _accept_command(suggestion_id: str) -> types.Command:
 async def inline_completion(
     ls: SpeclsServer, params: types.InlineCompletionParams
 ) -> types.InlineCompletionList | None:
-    position = params.position
-    suggestion = await ls.scheduler.complete(params.text_document.uri, position.line, position.character)
+    uri, position = params.text_document.uri, params.position
+    suggestion = await ls.scheduler.complete(uri, position.line, position.character)
     if suggestion is None:
         return types.InlineCompletionList(items=[])
     item = types.InlineCompletionItem(
@@ -349,7 +365,35 @@ async def inline_completion(
         range=types.Range(position, position),
         command=_accept_command(suggestion.suggestion_id),
     )
+    selected = params.context.selected_completion_info if params.context is not None else None
+    if selected is not None:
+        item = _extending_the_selected_item(ls, uri, position, item, selected) or item
     return types.InlineCompletionList(items=[item])
+
+
+def _extending_the_selected_item(
+    ls: SpeclsServer,
+    uri: str,
+    position: types.Position,
+    item: types.InlineCompletionItem,
+    selected: types.SelectedCompletionInfo,
+) -> types.InlineCompletionItem | None:
+    """While the client's suggest widget is open, the spec lets it show only an item that uses the selected
+    entry's range and extends its text (VS Code drops any other). The same suggestion, re-anchored at that
+    range, qualifies when it starts with the selected entry's text; None when it does not."""
+    start, end = selected.range.start, selected.range.end
+    if start.line != position.line or end != position or start.character > position.character:
+        return None
+    try:
+        begin = ls.store.offset_at(uri, start.line, start.character)
+        cursor = ls.store.offset_at(uri, position.line, position.character)
+        typed = ls.store.get(uri).text[begin:cursor]
+    except (UnknownDocumentError, PositionError):
+        return None
+    extended = typed + str(item.insert_text)
+    if not extended.startswith(selected.text):
+        return None
+    return types.InlineCompletionItem(insert_text=extended, range=selected.range, command=item.command)
 
 
 @guarded(None)
@@ -380,9 +424,8 @@ def _completion_item(
     except (UnknownDocumentError, PositionError):
         return None  # the document changed while we generated; the client asks again
     word = document.text[word_start:cursor]
-    first_line = suggestion.text.strip().splitlines()[0] if suggestion.text.strip() else suggestion.text
     return types.CompletionItem(
-        label=(word + first_line)[:80],
+        label=completion_label(word + suggestion.text),
         kind=types.CompletionItemKind.Text,
         detail="specls",
         filter_text=word + suggestion.text,
@@ -393,6 +436,16 @@ def _completion_item(
         ),
         command=_accept_command(suggestion.suggestion_id),
     )
+
+
+def completion_label(inserted: str, width: int = 80) -> str:
+    """The row's label shows what the item inserts, spaces included: its first line, with `⏎` for each line
+    break before it and `…` when it is cut short or more lines follow."""
+    breaks = len(inserted) - len(inserted.lstrip("\r\n"))
+    lines = inserted.lstrip("\r\n").splitlines() or [""]
+    label = "⏎" * inserted[:breaks].count("\n") + lines[0].rstrip()
+    more = len(lines) > 1 or len(label) > width
+    return label[: width - 1] + "…" if more else label
 
 
 # --- statistics (local only) ---

@@ -2,7 +2,8 @@
 # Set up specls on a fresh machine: a .venv with the CPU build of torch and specls installed.
 #
 #   bash scripts/setup.sh          # what `specls demo`, `specls serve` and the editors need
-#   bash scripts/setup.sh --dev    # + test tools, Neovim, the VS Code extension's npm packages, a
+#   bash scripts/setup.sh --dev    # + test tools, Neovim 0.7 and 0.12, code-server and chromium (a real VS
+#                                  #   Code for the editor tests), the VS Code extension's npm packages, a
 #                                  #   llama-server built from source for the remote-backend tests and
 #                                  #   the in-process llama.cpp runtime (as --llama-cpp)
 #   bash scripts/setup.sh --llama-cpp  # + the in-process llama.cpp runtime, the fastest on CPU
@@ -40,21 +41,36 @@ else
 fi
 
 if [[ $DEV == 1 ]]; then
-    if ! command -v nvim >/dev/null 2>&1; then
+    # System packages for the editor tests: Neovim 0.7 and tmux (the Neovim tests and the terminal
+    # screenshot), Debian's chromium (the browser the real VS Code runs in), ripgrep and Kerberos headers
+    # (code-server's install needs both).
+    MISSING=()
+    command -v nvim >/dev/null 2>&1 || MISSING+=(neovim)
+    command -v tmux >/dev/null 2>&1 || MISSING+=(tmux)
+    command -v rg >/dev/null 2>&1 || MISSING+=(ripgrep)
+    [[ -x /usr/lib/chromium/chromium ]] || MISSING+=(chromium fonts-dejavu-core)
+    [[ -f /usr/include/gssapi/gssapi.h ]] || MISSING+=(libkrb5-dev)
+    command -v luacheck >/dev/null 2>&1 || MISSING+=(lua-check)  # lints the Neovim plugin's Lua
+    if [[ ${#MISSING[@]} -gt 0 ]]; then
         SUDO=""
         [[ "$(id -u)" -eq 0 ]] || SUDO="sudo"
         $SUDO apt-get update -q
-        $SUDO apt-get install -y -q neovim
-    fi
-    if ! command -v luacheck >/dev/null 2>&1; then  # lints the Neovim plugin's Lua
-        SUDO=""
-        [[ "$(id -u)" -eq 0 ]] || SUDO="sudo"
-        $SUDO apt-get update -q
-        $SUDO apt-get install -y -q lua-check
+        $SUDO apt-get install -y -q "${MISSING[@]}"
     fi
     command -v node >/dev/null 2>&1 || { echo "node 20 + npm are required for the VS Code extension" >&2; exit 1; }
-    (cd editor_clients/vscode && npm ci --no-audit --no-fund --loglevel=error && npm run --silent compile)
-    (cd editor_clients/neovim && npm ci --no-audit --no-fund --loglevel=error)  # stylua, the Lua formatter
+    (
+        cd editor_clients/vscode
+        # npm ci starts from scratch each time; skip it while node_modules matches the lock file.
+        [[ node_modules/.package-lock.json -nt package-lock.json ]] || npm ci --no-audit --no-fund --loglevel=error
+        npm run --silent compile
+    )
+    (  # stylua, the Lua formatter
+        cd editor_clients/neovim
+        [[ node_modules/.package-lock.json -nt package-lock.json ]] || npm ci --no-audit --no-fund --loglevel=error
+    )
+    # A real VS Code (code-server 4.100.3) and Neovim 0.12-dev, both cached under ~/.cache/specls.
+    bash scripts/install_code_server.sh >/dev/null
+    PYTHON=.venv/bin/python bash scripts/install_nvim_0_12.sh >/dev/null
     PYTHON=.venv/bin/python bash scripts/build_llama_server.sh >/dev/null
 fi
 

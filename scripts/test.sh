@@ -11,7 +11,7 @@ bash scripts/setup.sh --dev
 .venv/bin/mypy
 
 (cd editor_clients/vscode && npm run lint && npm test && npm run package)
-(cd editor_clients/neovim && npm run --silent format:check && luacheck --no-color -q lua tests)
+(cd editor_clients/neovim && npm run --silent format:check && luacheck --no-color -q lua tests builtin_client.lua)
 
 .venv/bin/python -m pytest -m "not slow" -q
 .venv/bin/python -m pytest -m slow -q

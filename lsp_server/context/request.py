@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.api import CompletionRequest, DraftLengthPolicy
+from engine.api import CompletionRequest
 from lsp_server.context.builder import CompletionContext
 
 if TYPE_CHECKING:
@@ -16,12 +16,9 @@ def engine_request(
     settings: ServerSettings,
     *,
     previous_completion: str,
-    draft_policy: DraftLengthPolicy,
 ) -> CompletionRequest:
-    """The request for one completion at the cursor `ctx` describes.
-
-    `previous_completion` is the suggestion this one replaces (the stale drafter re-verifies it);
-    `draft_policy` is the context's policy joined to what was learned about the loaded model."""
+    """The request for one completion at the cursor `ctx` describes; `previous_completion` is the suggestion
+    this one replaces (the stale drafter re-verifies it)."""
     return CompletionRequest(
         prompt=ctx.prompt,
         max_new_tokens=settings.max_new_tokens,
@@ -32,6 +29,6 @@ def engine_request(
         previous_completion=previous_completion,
         drafter=settings.drafter,
         stop_check=ctx.stop_check,
-        draft_policy=draft_policy,
+        syntax_context=ctx.syntax_context,
         forced_prefix=ctx.forced_prefix,
     )

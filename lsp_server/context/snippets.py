@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from tree_sitter import Node, Tree
 
 from lsp_server.context.fim import Snippet
-from lsp_server.context.policy import identifiers_in
+from lsp_server.context.syntax_context import identifiers_in
 
 if TYPE_CHECKING:
     from lsp_server.documents import Document

@@ -1,6 +1,10 @@
 """Neovim plugin end to end: headless `nvim -u NONE` loads editor_clients/neovim, starts the real
 `specls serve`, types into a buffer key by key, sees ghost text (an extmark) and accepts it.
 
+Every test runs on Debian's Neovim 0.7.2 and on Neovim 0.12-dev. On 0.12 the plugin's own ghost text is
+tested (`use_builtin = false`); `test_builtin_mode_*` tests its default there, Neovim's own inline
+completion.
+
 The driver (editor_clients/neovim/tests/e2e_driver.lua) writes what happened as JSON; the assertions are
 here. The fake backend makes the expected text exact; the bundled model run checks that whatever it
 suggests is what lands in the buffer. Skips only when `nvim` is not installed (CI installs it).
@@ -10,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,16 +21,24 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.e2e.neovim_support import REPO, SYSTEM_NVIM, nvim_0_12, nvim_version
+
 PLUGIN = REPO / "editor_clients" / "neovim"
 DRIVER = PLUGIN / "tests" / "e2e_driver.lua"
 BUNDLED_TARGET = REPO / "engine" / "bundled" / "target"
-NVIM = shutil.which("nvim")
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(NVIM is None, reason="nvim not installed (apt-get install -y neovim)"),
-]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(params=["0.7", "0.12"])
+def nvim(request: pytest.FixtureRequest) -> str:
+    if request.param == "0.12":
+        return str(nvim_0_12())
+    if SYSTEM_NVIM is None:
+        pytest.skip("nvim not installed (apt-get install -y neovim)")
+    assert "v0.7" in nvim_version(SYSTEM_NVIM), nvim_version(SYSTEM_NVIM)
+    return SYSTEM_NVIM
+
 
 ADD_RULES = [["def add(a, b):\n", "    return a + b\n"]]
 FAKE = {"backend": "fake", "fake": {"rules": ADD_RULES}}
@@ -35,7 +46,9 @@ FAKE = {"backend": "fake", "fake": {"rules": ADD_RULES}}
 
 def run_driver(
     tmp_path: Path,
+    nvim: str,
     *,
+    use_builtin: bool = False,
     settings: dict[str, Any],
     file_text: str,
     typed: str,
@@ -60,10 +73,10 @@ def run_driver(
         "SPECLS_E2E_KEY_DELAY_MS": str(key_delay_ms),
         "SPECLS_E2E_TIMEOUT_MS": str(int(timeout_s * 1000) - 10_000),
         "SPECLS_E2E_RESULT": str(result_path),
+        "SPECLS_E2E_USE_BUILTIN": "true" if use_builtin else "false",
     }
-    assert NVIM is not None
     proc = subprocess.run(
-        [NVIM, "--headless", "-u", "NONE", "-i", "NONE", "-n", "-c", f"luafile {DRIVER}"],
+        [nvim, "--headless", "-u", "NONE", "-i", "NONE", "-n", "-c", f"luafile {DRIVER}"],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -77,8 +90,8 @@ def run_driver(
     return result
 
 
-def test_ghost_text_appears_and_tab_accepts_it(tmp_path: Path) -> None:
-    result = run_driver(tmp_path, settings=FAKE, file_text="def add(a, b):\n", typed="    ret")
+def test_ghost_text_appears_and_tab_accepts_it(tmp_path: Path, nvim: str) -> None:
+    result = run_driver(tmp_path, nvim, settings=FAKE, file_text="def add(a, b):\n", typed="    ret")
     assert result["mode_after_typing"] == "i"
     assert result["ghost"] == {"row": 1, "col": 7, "text": "urn a + b"}
     assert result["lines"] == ["def add(a, b):", "    return a + b"]
@@ -90,9 +103,9 @@ def test_ghost_text_appears_and_tab_accepts_it(tmp_path: Path) -> None:
     assert stats["rejected"] == 0
 
 
-def test_accept_word_takes_one_word_and_keeps_the_rest(tmp_path: Path) -> None:
+def test_accept_word_takes_one_word_and_keeps_the_rest(tmp_path: Path, nvim: str) -> None:
     result = run_driver(
-        tmp_path, settings=FAKE, file_text="def add(a, b):\n", typed="    ret", scenario="accept_word"
+        tmp_path, nvim, settings=FAKE, file_text="def add(a, b):\n", typed="    ret", scenario="accept_word"
     )
     assert result["ghost"]["text"] == "urn a + b"
     assert result["lines"] == ["def add(a, b):", "    return"]
@@ -101,9 +114,9 @@ def test_accept_word_takes_one_word_and_keeps_the_rest(tmp_path: Path) -> None:
     assert result["stats"]["accepted"] == 0
 
 
-def test_dismiss_removes_the_ghost_and_reports_a_reject(tmp_path: Path) -> None:
+def test_dismiss_removes_the_ghost_and_reports_a_reject(tmp_path: Path, nvim: str) -> None:
     result = run_driver(
-        tmp_path, settings=FAKE, file_text="def add(a, b):\n", typed="    ret", scenario="dismiss"
+        tmp_path, nvim, settings=FAKE, file_text="def add(a, b):\n", typed="    ret", scenario="dismiss"
     )
     assert result["ghost_after"] is None
     assert result["lines"] == ["def add(a, b):", "    ret"]
@@ -111,7 +124,9 @@ def test_dismiss_removes_the_ghost_and_reports_a_reject(tmp_path: Path) -> None:
     assert result["stats"]["accepted"] == 0
 
 
-def test_multi_line_suggestion_is_drawn_as_virtual_lines_and_inserted_whole(tmp_path: Path) -> None:
+def test_multi_line_suggestion_is_drawn_as_virtual_lines_and_inserted_whole(
+    tmp_path: Path, nvim: str
+) -> None:
     body = "        self.x = x\n        self.y = y\n"
     settings = {
         "backend": "fake",
@@ -121,6 +136,7 @@ def test_multi_line_suggestion_is_drawn_as_virtual_lines_and_inserted_whole(tmp_
     # where the server asks for a multi-line block.
     result = run_driver(
         tmp_path,
+        nvim,
         settings=settings,
         file_text="class Point:\n    def __init__(self, x, y):\n",
         typed="    ",
@@ -136,11 +152,11 @@ def test_multi_line_suggestion_is_drawn_as_virtual_lines_and_inserted_whole(tmp_
     assert result["stats"]["accepted"] == 1
 
 
-def test_typing_cancels_the_request_in_flight(tmp_path: Path) -> None:
+def test_typing_cancels_the_request_in_flight(tmp_path: Path, nvim: str) -> None:
     # Each fake token takes 150 ms, keys come every 30 ms: every keystroke finds a request in flight.
     slow = {**FAKE, "fake": {"rules": ADD_RULES, "tokenDelayMs": 150}}
     result = run_driver(
-        tmp_path, settings=slow, file_text="def add(a, b):\n", typed="    retur", key_delay_ms=30
+        tmp_path, nvim, settings=slow, file_text="def add(a, b):\n", typed="    retur", key_delay_ms=30
     )
     assert result["cancel_requests"] >= 3
     assert result["ghost"]["text"] == "n a + b"
@@ -149,7 +165,7 @@ def test_typing_cancels_the_request_in_flight(tmp_path: Path) -> None:
 
 # Brisk typing against a real engine: typing overtakes a running generation, whose tokens then disagree with
 # what was typed; the scheduler must start again rather than answer empty (a bug these tests once caught).
-def test_real_engine_on_a_tiny_pair_suggestion_lands_in_the_buffer(tmp_path: Path) -> None:
+def test_real_engine_on_a_tiny_pair_suggestion_lands_in_the_buffer(tmp_path: Path, nvim: str) -> None:
     # The local backend with its speculative engine, on test_server_local's hand-set pair whose target
     # always says "x": the text is known without a trained model.
     from tests.e2e.test_server_local import _save_pair
@@ -164,6 +180,7 @@ def test_real_engine_on_a_tiny_pair_suggestion_lands_in_the_buffer(tmp_path: Pat
     }
     result = run_driver(
         tmp_path,
+        nvim,
         settings=settings,
         file_text="def add(a, b):\n",
         typed="    ret",
@@ -180,11 +197,12 @@ def test_real_engine_on_a_tiny_pair_suggestion_lands_in_the_buffer(tmp_path: Pat
     not (BUNDLED_TARGET / "config.json").exists(),
     reason="the bundled model is not trained yet (specls train)",
 )
-def test_bundled_model_suggestion_lands_in_the_buffer(tmp_path: Path) -> None:
+def test_bundled_model_suggestion_lands_in_the_buffer(tmp_path: Path, nvim: str) -> None:
     file_text = "import os\n\n\ndef read_lines(path):\n"
     typed = "    with open("
     result = run_driver(
         tmp_path,
+        nvim,
         settings={"backend": "local", "device": "cpu", "maxNewTokens": 24},
         file_text=file_text,
         typed=typed,
@@ -194,4 +212,20 @@ def test_bundled_model_suggestion_lands_in_the_buffer(tmp_path: Path) -> None:
     assert result["ghost"]["text"].strip(), "the model suggested only whitespace"
     expected = [typed + ghost_lines[0], *ghost_lines[1:]]
     assert result["lines"][4 : 4 + len(expected)] == expected
+    assert result["stats"]["accepted"] == 1
+
+
+def test_builtin_mode_on_0_12_shows_and_accepts_through_neovims_own_inline_completion(tmp_path: Path) -> None:
+    # The plugin's default on 0.12: Neovim draws the ghost text and the plugin's Tab accepts it.
+    result = run_driver(
+        tmp_path,
+        str(nvim_0_12()),
+        use_builtin=True,
+        settings=FAKE,
+        file_text="def add(a, b):\n",
+        typed="    ret",
+    )
+    assert result["ghost"] == {"row": 1, "col": 7, "text": "urn a + b"}
+    assert result["lines"] == ["def add(a, b):", "    return a + b"]
+    assert result["cursor_after"] == [2, len("    return a + b")]
     assert result["stats"]["accepted"] == 1

@@ -102,6 +102,78 @@ async def test_completion_fallback_replaces_the_word_before_the_cursor() -> None
         await stop_session(session)
 
 
+async def test_a_client_with_inline_completion_is_not_offered_completion() -> None:
+    # One completion path per client: VS Code asks every provider it is offered, and Tab would take the
+    # suggest widget's row instead of the ghost text.
+    capabilities = types.ClientCapabilities(
+        text_document=types.TextDocumentClientCapabilities(
+            inline_completion=types.InlineCompletionClientCapabilities()
+        )
+    )
+    session = await start_session(capabilities=capabilities)
+    try:
+        assert session.result.capabilities.inline_completion_provider is not None
+        assert session.result.capabilities.completion_provider is None
+    finally:
+        await stop_session(session)
+
+
+async def test_completion_label_shows_what_is_inserted() -> None:
+    session = await start_session(
+        initialization_options=fake_options(("    if", " n < 2:\n        return n"))
+    )
+    try:
+        session.open(URI, "def fib(n):\n    if")
+        result = await asyncio.wait_for(
+            session.client.text_document_completion_async(
+                types.CompletionParams(types.TextDocumentIdentifier(URI), session.end(URI))
+            ),
+            10,
+        )
+        (item,) = result.items
+        assert item.text_edit.new_text == "if n < 2:"  # the server keeps it to the line after text
+        assert item.label == "if n < 2:"
+    finally:
+        await stop_session(session)
+
+
+async def test_with_the_suggest_widget_open_the_item_extends_the_selected_entry() -> None:
+    session = await start_session(initialization_options=fake_options(("    if", " n < 2:")))
+    try:
+        session.open(URI, "def fib(n):\n    if")
+        end = session.end(URI)
+        widget_range = types.Range(types.Position(1, 4), end)
+
+        async def inline_with(selected_text: str) -> types.InlineCompletionList:
+            context = types.InlineCompletionContext(
+                trigger_kind=types.InlineCompletionTriggerKind.Automatic,
+                selected_completion_info=types.SelectedCompletionInfo(range=widget_range, text=selected_text),
+            )
+            params = types.InlineCompletionParams(
+                context=context, text_document=types.TextDocumentIdentifier(URI), position=end
+            )
+            return await asyncio.wait_for(session.client.text_document_inline_completion_async(params), 10)
+
+        (item,) = (await inline_with("if")).items
+        assert (item.insert_text, item.range) == ("if n < 2:", widget_range)
+        # A selected entry the suggestion does not extend: the plain item (the client will not preview it).
+        (item,) = (await inline_with("isinstance")).items
+        assert (item.insert_text, item.range) == (" n < 2:", types.Range(end, end))
+    finally:
+        await stop_session(session)
+
+
+async def test_serve_accepts_stdio_as_clients_add_it() -> None:
+    session = await start_session(
+        args=("--stdio", "--backend", "fake"), initialization_options=fake_options(GREET)
+    )
+    try:
+        session.open(URI, "def greet(")
+        assert texts(await asyncio.wait_for(session.inline(URI), 10)) == [GREET[1]]
+    finally:
+        await stop_session(session)
+
+
 @pytest.mark.parametrize("offered", [["utf-8", "utf-16"], ["utf-32"]])
 async def test_position_encoding_follows_the_client(offered: list[str]) -> None:
     capabilities = types.ClientCapabilities(

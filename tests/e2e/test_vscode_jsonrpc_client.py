@@ -1,6 +1,7 @@
-"""The VS Code side without VS Code: editor_clients/vscode's smoke client (vscode-jsonrpc over stdio, the
-transport VS Code's language client uses) runs a real LSP session against `specls serve`: initialize,
-open, inline completion, accept through the item's command, statistics, shutdown.
+"""A third-party LSP client, not VS Code: editor_clients/vscode's smoke client (vscode-jsonrpc over stdio,
+the transport VS Code's language client uses) runs a real LSP session against `specls serve`: initialize,
+open, inline completion, accept through the item's command, statistics, shutdown. The extension in a real
+VS Code is tested by tests/e2e/test_vscode_e2e.py.
 
 Needs node; builds the client with npm (ci + compile) when it is not built yet. Skips only without node.
 """

@@ -18,6 +18,7 @@ from bench.metrics import (
 )
 from bench.throughput import Run, summarize, verify_cost_at
 from engine.api import DraftContext
+from lsp_server.context import syntax_context_of
 
 
 def test_median_and_percentiles() -> None:
@@ -129,7 +130,7 @@ class _Fixed:
 
 def test_recording_policy_names_contexts_and_forwards_observations() -> None:
     inner = _Fixed()
-    policy = RecordingPolicy(inner)
+    policy = RecordingPolicy(inner, syntax_context_of)
     for text_before, drafted, accepted in (("x = 1\n", 4, 4), ("foo(", 4, 1), ("a +", 3, 0)):
         assert policy.max_draft_tokens(DraftContext(text_before, "", "model", False)) == 4
         policy.observe("model", drafted, accepted)

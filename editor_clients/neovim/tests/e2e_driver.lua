@@ -49,9 +49,11 @@ end
 local function main()
   vim.opt.runtimepath:append(env.SPECLS_PLUGIN_DIR)
   local specls = require('specls')
+  local use_builtin = ({ ['true'] = true, ['false'] = false })[env.SPECLS_E2E_USE_BUILTIN or '']
   specls.setup({
     cmd = vim.fn.json_decode(env.SPECLS_E2E_CMD),
     settings = vim.fn.json_decode(env.SPECLS_E2E_SETTINGS),
+    use_builtin = use_builtin == nil and 'auto' or use_builtin,
   })
   local timeout = tonumber(env.SPECLS_E2E_TIMEOUT_MS or '60000')
   vim.cmd('edit ' .. vim.fn.fnameescape(env.SPECLS_E2E_FILE))

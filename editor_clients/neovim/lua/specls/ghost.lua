@@ -48,11 +48,12 @@ function M.clear(bufnr)
   end
 end
 
---- The ghost text currently drawn in `bufnr`, as {row, col, text} (for tests and :SpeclsStatus).
+--- The ghost text currently drawn in `bufnr` (by the plugin, or in namespace `ns`), as {row, col, text}.
 ---@param bufnr integer
+---@param ns integer?
 ---@return { row: integer, col: integer, text: string }?
-function M.get(bufnr)
-  local marks = vim.api.nvim_buf_get_extmarks(bufnr, M.ns, 0, -1, { details = true })
+function M.get(bufnr, ns)
+  local marks = vim.api.nvim_buf_get_extmarks(bufnr, ns or M.ns, 0, -1, { details = true })
   local mark = marks[1]
   if not mark then
     return nil

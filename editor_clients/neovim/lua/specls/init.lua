@@ -1,5 +1,6 @@
 -- specls for Neovim: ghost-text completions from the specls language server.
 --   require('specls').setup{ settings = { device = 'cpu' } }
+local builtin_completion = require('specls.builtin')
 local completion = require('specls.completion')
 local config_mod = require('specls.config')
 local ghost = require('specls.ghost')
@@ -128,7 +129,7 @@ end
 ---@return boolean
 function M.accept()
   if builtin() then
-    return vim.lsp.inline_completion.get() == true
+    return builtin_completion.accept()
   end
   return completion.accept(vim.api.nvim_get_current_buf(), 'all')
 end
@@ -180,6 +181,9 @@ function M.stats()
   end, vim.api.nvim_get_current_buf())
 end
 
-M.ghost_text = ghost.get
+--- The ghost text shown in `bufnr`, as {row, col, text}, whoever draws it.
+function M.ghost_text(bufnr)
+  return builtin() and builtin_completion.ghost_text(bufnr) or ghost.get(bufnr)
+end
 
 return M

@@ -37,7 +37,8 @@ function M.configure(config, hook)
     name = 'specls',
     cmd = config.cmd,
     root_dir = vim.fn.getcwd(),
-    init_options = config.settings,
+    -- An empty Lua table encodes as a JSON array; initializationOptions must be an object.
+    init_options = next(config.settings) == nil and vim.empty_dict() or config.settings,
     capabilities = capabilities(),
     -- Send each edit at once: a suggestion is only as fresh as the text the server has.
     flags = { debounce_text_changes = 0 },

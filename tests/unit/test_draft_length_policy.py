@@ -1,47 +1,13 @@
-"""Syntax contexts and the draft lengths the syntax policy gives them."""
+"""The engine's syntax-tuned draft lengths: what the policy learns per syntax context, and the lengths it picks."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-import pytest
-
 from engine.api import DraftContext
 from engine.costs import StepCosts
-from lsp_server.context.policy import (
-    SYNTAX_CONTEXTS,
-    FixedDraftPolicy,
-    SyntaxAcceptance,
-    SyntaxDraftPolicy,
-    shared_learning,
-    syntax_context_of,
-)
-
-
-@pytest.mark.parametrize(
-    ("text_before", "expected"),
-    [
-        ("def f(x):\n", "indentation"),
-        ("def f(x):\n    ", "statement-start"),
-        ("    y = foo(x)", "closing"),
-        ("    y = foo(", "after-open"),
-        ("    y = x +", "after-operator"),
-        ("    y = x + ", "after-operator"),
-        ("    y = f(a, ", "after-operator"),
-        ("total_count = 0\nprint(total_c", "known-identifier"),
-        ("print(zzz", "identifier"),
-        ("    self.assertEqual(a, 1)\n    self.assertEqual(b, 2)\n    self.assert", "repeated"),
-        ("x = 12", "other"),
-    ],
-)
-def test_syntax_context_of(text_before: str, expected: str) -> None:
-    assert syntax_context_of(text_before) == expected
-    assert expected in SYNTAX_CONTEXTS
-
-
-def test_known_identifiers_from_the_file_count() -> None:
-    assert syntax_context_of("print(total_c") == "identifier"
-    assert syntax_context_of("print(total_c", known_identifiers={"total_count"}) == "known-identifier"
+from engine.drafters.length import FixedDraftPolicy, SyntaxAcceptance, SyntaxDraftPolicy
+from lsp_server.context.syntax_context import syntax_classifier, syntax_context_of
 
 
 def _ctx(text_before: str, drafter: str = "model", costs: StepCosts | None = None) -> DraftContext:
@@ -59,7 +25,7 @@ GPU_LIKE = StepCosts(widths=(1, 32), verify=(1.0, 1.05), draft_step=0.02)
 
 
 def test_priors_draft_longer_where_code_is_predictable() -> None:
-    policy = SyntaxDraftPolicy()
+    policy = SyntaxDraftPolicy(classify=syntax_context_of)
     after_newline = policy.max_draft_tokens(_ctx("def f(x):\n", costs=CPU_LIKE))
     new_statement = policy.max_draft_tokens(_ctx("def f(x):\n    ", costs=CPU_LIKE))
     after_operator = policy.max_draft_tokens(_ctx("y = x + ", costs=CPU_LIKE))
@@ -70,13 +36,13 @@ def test_priors_draft_longer_where_code_is_predictable() -> None:
 
 
 def test_cheap_wide_verifies_make_drafts_longer() -> None:
-    cpu = SyntaxDraftPolicy().max_draft_tokens(_ctx("def f(x):\n", costs=CPU_LIKE))
-    gpu = SyntaxDraftPolicy().max_draft_tokens(_ctx("def f(x):\n", costs=GPU_LIKE))
+    cpu = SyntaxDraftPolicy(classify=syntax_context_of).max_draft_tokens(_ctx("def f(x):\n", costs=CPU_LIKE))
+    gpu = SyntaxDraftPolicy(classify=syntax_context_of).max_draft_tokens(_ctx("def f(x):\n", costs=GPU_LIKE))
     assert gpu > cpu
 
 
 def test_policy_learns_per_context_from_observed_rounds() -> None:
-    policy = SyntaxDraftPolicy()
+    policy = SyntaxDraftPolicy(classify=syntax_context_of)
     statement = _ctx("def f(x):\n    ", costs=CPU_LIKE)
     newline = _ctx("def f(x):\n", costs=CPU_LIKE)
     before = policy.max_draft_tokens(statement)
@@ -114,30 +80,33 @@ def test_rare_contexts_start_from_what_the_drafter_does_everywhere() -> None:
 
 
 def test_stale_none_and_caps() -> None:
-    policy = SyntaxDraftPolicy(max_length=3)
+    policy = SyntaxDraftPolicy(classify=syntax_context_of, max_length=3)
     assert policy.max_draft_tokens(_ctx("x", "stale")) == policy.stale_length
     assert policy.max_draft_tokens(_ctx("x", "none")) == 0
     assert policy.max_draft_tokens(_ctx("def f(x):\n", "lookup", GPU_LIKE)) == 3
     assert FixedDraftPolicy(5).max_draft_tokens(_ctx("anything")) == 5
 
 
-def test_shared_learning_keeps_one_acceptance_across_requests() -> None:
+def test_one_acceptance_is_shared_by_the_policies_built_on_it() -> None:
     learned = SyntaxAcceptance()
-    first = shared_learning(SyntaxDraftPolicy(known_identifiers=frozenset({"abc"})), learned)
-    assert isinstance(first, SyntaxDraftPolicy)
-    assert first.acceptance is learned and first.known_identifiers == {"abc"}
+    first = SyntaxDraftPolicy(classify=syntax_classifier({"abc"}), acceptance=learned)
     k = first.max_draft_tokens(_ctx("y = x + ", costs=CPU_LIKE))
     first.observe("model", k, 1)
-    second = shared_learning(SyntaxDraftPolicy(), learned)
-    assert isinstance(second, SyntaxDraftPolicy)
+    second = SyntaxDraftPolicy(classify=syntax_classifier(), acceptance=learned)
     assert second.acceptance.curves[("model", "after-operator")].rounds == 1
     assert second.acceptance.pooled["model"].rounds == 1
-    fixed = FixedDraftPolicy(4)
-    assert shared_learning(fixed, learned) is fixed
+
+
+def test_without_a_classifier_every_round_is_one_context() -> None:
+    policy = SyntaxDraftPolicy()
+    for text in ("def f(x):\n", "y = foo(", "x = 1"):
+        k = policy.max_draft_tokens(_ctx(text, costs=CPU_LIKE))
+        policy.observe("model", k, 0)
+    assert {context for _, context in policy.acceptance.curves} == {"other"}
 
 
 def test_a_streak_and_a_long_anchor_are_learned_apart() -> None:
-    policy = SyntaxDraftPolicy()
+    policy = SyntaxDraftPolicy(classify=syntax_context_of)
     text = "x = foo(1)\n"
     k = policy.max_draft_tokens(replace(_ctx(text, "lookup", CPU_LIKE), match_len=2))
     policy.observe("lookup", k, k)  # held whole

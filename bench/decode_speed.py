@@ -1,0 +1,624 @@
+"""Decode speed of every local engine on one real model, side by side in one process, against llama-server.
+
+Engines: the lean torch decoder in fp32, bf16, and with int8 / int4 weights (bf16 activations), and llama.cpp
+in process over the model's GGUF (when llama-cpp-python is installed). For each engine:
+
+- where a step goes: one decode step, and the matmuls of that step alone (the same projections on an input
+  of the same shape), the rest being norms, rope, attention, copies and Python;
+- what a verify costs: a forward over k + 1 positions, in plain steps (`engine.costs.measure_step_costs`);
+- quantization error on held-out code: cross-entropy, and top-1 agreement with the fp32 model;
+- tokens/s of plain greedy decoding and of speculative greedy decoding with the n-gram lookup drafter (draft
+  lengths from the server's syntax policy, priced by the engine's own verify costs), on
+  held-out prompts, stopping at EOS (a natural stop) or `max_new_tokens`; every call starts from an empty
+  cache and is timed with its prefill. Methods and engines take turns prompt by prompt;
+- where speculative output leaves plain output, the plain run's top-2 logit margin there
+  (`engine.precision`): below fp32 a divergence must be a near-tie.
+
+llama-server rows run the same GGUF on the same prompt token ids over HTTP (`/completion`, greedy,
+`cache_prompt: false`), one configuration at a time, with its resident set size.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench.metrics import markdown_table, median, write_result_files
+from bench.prompts import build_prompts, held_out_files
+from engine.costs import StepCosts
+
+if TYPE_CHECKING:
+    import torch
+
+    from engine.decoder import CausalDecoder
+
+LEAN_ENGINES = ("lean-fp32", "lean-bf16", "lean-int8", "lean-int4")
+ENGINES = (*LEAN_ENGINES, "llama.cpp")
+METHODS = ("plain", "speculative-lookup")
+LOSS_WINDOWS = 2  # held-out windows of LOSS_WINDOW tokens for the quantization error
+LOSS_WINDOW = 256
+
+
+@dataclass
+class DecodeSpeedConfig:
+    target: str  # a Hugging Face folder with the model's GGUF beside its weights
+    prompts: int = 8
+    max_new_tokens: int = 64
+    threads: int = 1
+    engines: tuple[str, ...] = ENGINES
+    llama_server: bool = True
+    window: int = 2048
+    out: Path = field(default_factory=lambda: Path("bench/results"))
+    tag: str = "cpu"
+
+
+@dataclass
+class Run:
+    engine: str
+    method: str
+    prompt: str
+    new_tokens: int
+    wall_s: float
+    finish: str
+    token_ids: list[int]
+    target_forwards: int = 0
+    margins: list[float] = field(default_factory=list)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+
+def rss_mb(pid: int | None = None) -> float:
+    status = Path(f"/proc/{pid or os.getpid()}/status")
+    for line in status.read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+# --- engines -------------------------------------------------------------------------------------------
+
+
+class Engines:
+    """Loads each engine once; `decoders[name]` is a `CausalDecoder`, `matmuls[name]` times its matmuls."""
+
+    def __init__(self, folder: Path, names: tuple[str, ...], window: int, threads: int) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        from engine.lean import LeanLlamaDecoder
+
+        self.decoders: dict[str, CausalDecoder] = {}
+        self.matmuls: dict[str, Callable[[int], None]] = {}
+        self.rss_added_mb: dict[str, float] = {}
+        models: dict[torch.dtype, Any] = {}
+        for name in names:
+            before = rss_mb()
+            if name == "llama.cpp":
+                from engine.llama_cpp_decoder import LlamaCppDecoder, find_gguf
+
+                gguf = find_gguf(folder)
+                if gguf is None:
+                    raise FileNotFoundError(f"no .gguf file in {folder} for the llama.cpp engine")
+                self.decoders[name] = LlamaCppDecoder(gguf, window, threads=threads)
+            else:
+                precision = name.removeprefix("lean-")
+                dtype = torch.float32 if precision == "fp32" else torch.bfloat16
+                if dtype not in models:
+                    models[dtype] = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).eval()
+                quantization = precision if precision in ("int8", "int4") else "none"
+                decoder = LeanLlamaDecoder(models[dtype], window, quantization)  # type: ignore[arg-type]
+                self.decoders[name] = decoder
+                self.matmuls[name] = _matmul_runner(decoder)
+            self.rss_added_mb[name] = rss_mb() - before
+        models.clear()
+
+
+def _matmul_runner(decoder: Any) -> Callable[[int], None]:
+    """Runs every projection of one forward over `count` positions on a zero input of the right shape."""
+    import torch
+
+    def run(count: int) -> None:
+        with torch.inference_mode():
+            hidden = torch.zeros(count, decoder.hidden_size, dtype=decoder.dtype)
+            merged = torch.zeros(count, decoder.num_heads * decoder.head_dim, dtype=decoder.dtype)
+            inner = torch.zeros(count, decoder.intermediate_size, dtype=decoder.dtype)
+            for layer in decoder.layers:
+                layer.qkv(hidden)
+                layer.o(merged)
+                layer.gate_up(hidden)
+                layer.down(inner)
+            decoder.lm_head(hidden)
+
+    return run
+
+
+def fastest_ms(fn: Callable[[], object], repeats: int = 8) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - started)
+    return best * 1000
+
+
+def step_profile(
+    decoder: CausalDecoder, matmuls: Callable[[int], None] | None, context: int
+) -> tuple[dict[str, Any], StepCosts]:
+    """Fastest plain step at `context` cached tokens, its matmuls alone (lean engines), and verify costs."""
+    from engine.costs import measure_step_costs
+
+    tokens = [(7 * i + 3) % 251 for i in range(context)]
+    decoder.crop(0)
+    decoder.forward(tokens)
+
+    def step() -> None:
+        decoder.forward([5])
+        decoder.crop(context)
+
+    step_ms = fastest_ms(step)
+    decoder.crop(0)
+    costs = measure_step_costs(
+        decoder.forward,
+        decoder.crop,
+        None,
+        None,
+        window=decoder.max_length,
+        context_tokens=context,
+        repeats=5,
+    )
+    profile: dict[str, Any] = {
+        "step_ms": step_ms,
+        "verify_cost": dict(zip(costs.widths, costs.verify, strict=True)),
+    }
+    if matmuls is not None:
+        profile["matmul_ms"] = fastest_ms(lambda: matmuls(1))
+        profile["other_ms"] = step_ms - profile["matmul_ms"]
+    return profile, costs
+
+
+def quantization_error(decoders: dict[str, CausalDecoder], windows: list[list[int]]) -> dict[str, Any]:
+    """Held-out cross-entropy of each engine, and its top-1 agreement with the first engine (fp32)."""
+    import torch
+    import torch.nn.functional as F
+
+    reference: list[torch.Tensor] = []
+    result: dict[str, Any] = {}
+    for name, decoder in decoders.items():
+        losses, agree, total = [], 0, 0
+        for index, window in enumerate(windows):
+            decoder.crop(0)
+            logits = decoder.forward(window)[:-1].float()
+            decoder.crop(0)
+            losses.append(float(F.cross_entropy(logits, torch.tensor(window[1:]))))
+            top1 = logits.argmax(-1)
+            if len(reference) < len(windows):
+                reference.append(top1)
+            agree += int((top1 == reference[index]).sum())
+            total += len(top1)
+        result[name] = {"held_out_loss": statistics.fmean(losses), "top1_agreement": agree / total}
+    return result
+
+
+def held_out_windows(encode: Callable[[str], list[int]], count: int, size: int) -> list[list[int]]:
+    windows: list[list[int]] = []
+    for _, text in reversed(held_out_files()):  # the prompts take the first files; take the last ones
+        ids = encode(text)
+        if len(ids) >= size:
+            windows.append(ids[:size])
+        if len(windows) == count:
+            break
+    return windows
+
+
+# --- generation ----------------------------------------------------------------------------------------
+
+
+def generate(
+    decoder: CausalDecoder,
+    method: str,
+    prompt_ids: list[int],
+    settings: Any,
+    decode: Callable[[list[int]], str],
+    step_costs: StepCosts,
+    policy: Any,
+) -> tuple[Any, list[float]]:
+    from engine.autoregressive import autoregressive_generate
+    from engine.drafters.lookup import PromptLookupDrafter
+    from engine.precision import MarginRecorder
+    from engine.speculative import speculative_generate
+
+    decoder.crop(0)
+    if method == "plain":
+        recorder = MarginRecorder(decoder)
+        result = autoregressive_generate(recorder, prompt_ids, settings, decode=decode)
+        return result, recorder.margins
+    drafter = PromptLookupDrafter(stop_ids=settings.eos_ids)
+    result = speculative_generate(
+        decoder, drafter, prompt_ids, settings, policy, decode=decode, step_costs=step_costs
+    )
+    return result, []
+
+
+def run_llama_server(
+    gguf: Path, prompts: list[tuple[str, list[int]]], config: DecodeSpeedConfig, eos: frozenset[int]
+) -> tuple[list[Run], dict[str, float]]:
+    """Every llama-server configuration in turn on the same prompt ids; runs and each server's RSS."""
+    from bench.llama_peer import LLAMA_METHODS, find_llama_server, start_peer
+
+    binary = find_llama_server()
+    if binary is None or not binary.exists():
+        return [], {}
+    runs: list[Run] = []
+    rss: dict[str, float] = {}
+    for method in LLAMA_METHODS:
+        log = config.out / f".{method}.log"
+        peer = start_peer(binary, gguf, method, config.threads, config.window, log)
+        try:
+            peer.complete(prompts[0][1], 8, ignore_eos=False)  # warm-up
+            for prompt_name, ids in prompts:
+                started = time.perf_counter()
+                tokens, _ = peer.complete(ids, config.max_new_tokens, ignore_eos=False)
+                wall = time.perf_counter() - started
+                finish = "eos" if tokens and tokens[-1] in eos else "length"
+                runs.append(Run(method, "server", prompt_name, len(tokens), wall, finish, tokens))
+            rss[method] = rss_mb(peer.process.pid)
+        finally:
+            peer.stop()
+    return runs, rss
+
+
+# --- the benchmark -------------------------------------------------------------------------------------
+
+
+def run_decode_speed(config: DecodeSpeedConfig, progress: bool = True) -> dict[str, Any]:
+    import torch
+    from transformers import AutoTokenizer
+
+    from engine.api import BackendInfo
+    from engine.generation import DecodeSettings
+    from engine.llama_cpp_decoder import find_gguf, llama_cpp_available
+    from engine.models import end_of_text_ids
+    from engine.precision import NEAR_TIE_MARGIN, greedy_divergence
+    from lsp_server.context import SyntaxAcceptance, shared_learning
+
+    torch.set_num_threads(config.threads)
+    folder = Path(config.target).expanduser()
+    names = tuple(n for n in config.engines if n != "llama.cpp" or llama_cpp_available())
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+
+    def encode(text: str) -> list[int]:
+        return list(tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(ids: list[int]) -> str:
+        return str(tokenizer.decode(ids, skip_special_tokens=False))
+
+    info = BackendInfo(
+        name="local",
+        target=str(folder),
+        draft=None,
+        special_tokens=tuple(tokenizer.all_special_tokens),
+        context_length=config.window,
+        device="cpu",
+    )
+    bench_prompts = build_prompts(info, lambda t: len(encode(t)), config.prompts)
+    prompts = [(p.name, encode(p.context.prompt)) for p in bench_prompts]
+    if not prompts:
+        raise RuntimeError("no held-out prompts could be built (is the standard library readable?)")
+    engines = Engines(folder, names, config.window, config.threads)
+    eos = end_of_text_ids(tokenizer)
+    settings = DecodeSettings(max_new_tokens=config.max_new_tokens, eos_ids=eos)
+    context = int(statistics.median(len(ids) for _, ids in prompts))
+    profiles: dict[str, dict[str, Any]] = {}
+    step_costs: dict[str, StepCosts] = {}
+    for name, decoder in engines.decoders.items():
+        profiles[name], step_costs[name] = step_profile(decoder, engines.matmuls.get(name), context)
+    errors = quantization_error(engines.decoders, held_out_windows(encode, LOSS_WINDOWS, LOSS_WINDOW))
+
+    # The server's draft-length policy, sized by each engine's own verify costs, learning per engine.
+    learned = {name: SyntaxAcceptance() for name in engines.decoders}
+    jobs = [(engine, method) for engine in engines.decoders for method in METHODS]
+    for engine, method in jobs:  # warm-up
+        policy = shared_learning(bench_prompts[0].context.draft_policy, SyntaxAcceptance())
+        warm = prompts[0][1][-64:]
+        generate(engines.decoders[engine], method, warm, settings, decode, step_costs[engine], policy)
+    runs: list[Run] = []
+    for index, (prompt_name, ids) in enumerate(prompts):
+        shift = index % len(jobs)
+        for engine, method in jobs[shift:] + jobs[:shift]:
+            policy = shared_learning(bench_prompts[index].context.draft_policy, learned[engine])
+            result, margins = generate(
+                engines.decoders[engine], method, ids, settings, decode, step_costs[engine], policy
+            )
+            runs.append(
+                Run(
+                    engine,
+                    method,
+                    prompt_name,
+                    result.stats["new_tokens"],
+                    result.stats["wall_s"],
+                    result.finish_reason,
+                    result.token_ids,
+                    result.stats["target_forwards"],
+                    margins,
+                )
+            )
+        if progress:
+            print(f"decode-speed: prompt {index + 1}/{len(prompts)} done", flush=True)
+    server_rss: dict[str, float] = {}
+    gguf = find_gguf(folder)
+    if config.llama_server and gguf is not None:
+        server_runs, server_rss = run_llama_server(gguf, prompts, config, eos)
+        runs.extend(server_runs)
+
+    summary = summarize(runs, NEAR_TIE_MARGIN, greedy_divergence)
+    return {
+        "benchmark": "decode-speed",
+        "config": {**asdict(config), "out": str(config.out)},
+        "environment": environment(config.threads, folder),
+        "prompts": [{"name": name, "prompt_tokens": len(ids)} for name, ids in prompts],
+        "step_profile": profiles,
+        "quantization_error": errors,
+        "rss_mb": {**{f"in process: {k}": v for k, v in engines.rss_added_mb.items()}, **server_rss},
+        "summary": summary,
+        "runs": [asdict(run) | {"tokens_per_s": run.tokens_per_s} for run in runs],
+    }
+
+
+def repetition(ids: list[int]) -> float:
+    """Share of 4-grams in an output that already occurred earlier in it (0: none repeated)."""
+    grams = [tuple(ids[i : i + 4]) for i in range(len(ids) - 3)]
+    return 1 - len(set(grams)) / len(grams) if grams else 0.0
+
+
+def summarize(runs: list[Run], near_tie: float, divergence: Callable[..., Any]) -> dict[str, Any]:
+    rows = sorted(
+        {(run.engine, run.method) for run in runs}, key=lambda r: (r[0].startswith("llama-server"), r)
+    )
+    plain = {(run.engine, run.prompt): run for run in runs if run.method == "plain"}
+    best_server = _best_server(runs)
+    summary: dict[str, Any] = {}
+    for engine, method in rows:
+        mine = [run for run in runs if run.engine == engine and run.method == method]
+        speeds = [run.tokens_per_s for run in mine]
+        entry: dict[str, Any] = {
+            "tokens_per_s_median": median(speeds),
+            "tokens_per_s_total": sum(r.new_tokens for r in mine) / sum(r.wall_s for r in mine),
+            "new_tokens_mean": statistics.fmean(r.new_tokens for r in mine),
+            "stopped_at_eos": sum(r.finish == "eos" for r in mine),
+            "repetition_mean": statistics.fmean(repetition(r.token_ids) for r in mine),
+        }
+        if best_server is not None:
+            entry["ratio_to_best_llama_server"] = (entry["tokens_per_s_total"] or 0) / best_server[1]
+        if method == "speculative-lookup":
+            entry["tokens_per_forward"] = sum(r.new_tokens for r in mine) / max(
+                1, sum(r.target_forwards for r in mine)
+            )
+            diverged = []
+            for run in mine:
+                reference = plain[(engine, run.prompt)]
+                found = divergence(reference.token_ids, run.token_ids, reference.margins)
+                if found is not None:
+                    diverged.append(
+                        {"prompt": run.prompt, "position": found.position, "margin": found.margin}
+                    )
+            entry["diverged_prompts"] = len(diverged)
+            entry["divergences"] = diverged
+            entry["all_divergences_near_ties"] = all(d["margin"] <= near_tie for d in diverged)
+        summary[f"{engine} {method}".replace(" server", "")] = entry
+    if best_server is not None:
+        summary["best_llama_server"] = {"config": best_server[0], "tokens_per_s_total": best_server[1]}
+    return summary
+
+
+def _best_server(runs: list[Run]) -> tuple[str, float] | None:
+    totals: dict[str, list[Run]] = {}
+    for run in runs:
+        if run.method == "server":
+            totals.setdefault(run.engine, []).append(run)
+    if not totals:
+        return None
+    speeds = {name: sum(r.new_tokens for r in rs) / sum(r.wall_s for r in rs) for name, rs in totals.items()}
+    best = max(speeds, key=lambda name: speeds[name])
+    return best, speeds[best]
+
+
+def environment(threads: int, folder: Path) -> dict[str, Any]:
+    import torch
+
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    return {
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "git_commit": commit,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "machine": platform.processor() or platform.machine(),
+        "threads": threads,
+        "target": str(folder),
+    }
+
+
+# --- report --------------------------------------------------------------------------------------------
+
+
+def write_report(result: dict[str, Any], out: Path, tag: str) -> list[Path]:
+    return write_result_files(out / f"decode-speed-{tag}", result, markdown_report(result), plot)
+
+
+def markdown_report(result: dict[str, Any]) -> str:
+    env, config, summary = result["environment"], result["config"], result["summary"]
+    profiles, errors = result["step_profile"], result["quantization_error"]
+    profile_rows = []
+    for name, p in profiles.items():
+        verify = p["verify_cost"]
+        profile_rows.append(
+            [
+                name,
+                p["step_ms"],
+                p.get("matmul_ms"),
+                p.get("other_ms"),
+                *(verify.get(k, verify.get(str(k))) for k in (1, 4, 8, 16)),
+                errors[name]["held_out_loss"],
+                errors[name]["top1_agreement"],
+            ]
+        )
+    speed_rows = []
+    for name, s in summary.items():
+        if name == "best_llama_server":
+            continue
+        near = s.get("all_divergences_near_ties")
+        speed_rows.append(
+            [
+                name,
+                s["tokens_per_s_total"],
+                s["tokens_per_s_median"],
+                s.get("ratio_to_best_llama_server"),
+                s.get("tokens_per_forward"),
+                _divergence_cell(s, near) if "diverged_prompts" in s else None,
+                s["new_tokens_mean"],
+                s["stopped_at_eos"],
+                s["repetition_mean"],
+            ]
+        )
+    best = summary.get("best_llama_server")
+    lines = [
+        f"# Decode speed ({config['tag']})\n",
+        f"{env['date_utc']}, commit {env['git_commit']}, {env['machine']}, {env['threads']} thread(s), "
+        f"torch {env['torch']}. Target {env['target']}; {len(result['prompts'])} held-out prompts "
+        f"(median {statistics.median(p['prompt_tokens'] for p in result['prompts']):.0f} tokens), greedy, "
+        f"at most {config['max_new_tokens']} new tokens, stopping at EOS; every call starts from an empty cache "
+        "and is timed with its prefill. Produced by `python -m bench.decode_speed`.\n",
+        "\n## Where a step goes, what a verify costs, what quantization loses\n",
+        "Step and matmul times are the fastest of 8 at the median prompt length; verify cost v(k) is a forward "
+        "over k + 1 positions in plain steps. Loss: cross-entropy (nats) on "
+        f"{LOSS_WINDOWS} held-out windows of {LOSS_WINDOW} tokens; agreement: teacher-forced top-1 equal to the "
+        "first engine's.\n\n",
+        markdown_table(
+            [
+                "engine",
+                "step ms",
+                "matmuls ms",
+                "rest ms",
+                "v(1)",
+                "v(4)",
+                "v(8)",
+                "v(16)",
+                "loss",
+                "top-1 agree",
+            ],
+            profile_rows,
+        ),
+        "\n## Tokens/s\n\n",
+        markdown_table(
+            [
+                "engine, method",
+                "tok/s (all tokens / all time)",
+                "tok/s (median prompt)",
+                "x best llama-server",
+                "tokens per forward",
+                "prompts where speculative left plain",
+                "mean new tokens",
+                "stopped at EOS",
+                "repeated 4-grams",
+            ],
+            speed_rows,
+        ),
+    ]
+    if best:
+        lines.append(
+            f"\nBest llama-server configuration: `{best['config']}`, {best['tokens_per_s_total']:.1f} tok/s.\n"
+        )
+    if result["rss_mb"]:
+        lines.append(
+            "\nMemory (MB): "
+            + ", ".join(f"{name} {mb:.0f}" for name, mb in result["rss_mb"].items())
+            + " (in process: resident set added by loading that engine; llama-server: the server's whole RSS).\n"
+        )
+    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+
+
+def _divergence_cell(entry: dict[str, Any], all_near_ties: bool) -> str:
+    if not entry["diverged_prompts"]:
+        return "0"
+    margins = ", ".join(f"{d['margin']:.2f} at token {d['position']}" for d in entry["divergences"])
+    verdict = "all near-ties" if all_near_ties else "NOT all near-ties"
+    return f"{entry['diverged_prompts']}: top-2 margin {margins} ({verdict})"
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    summary = {k: v for k, v in result["summary"].items() if k != "best_llama_server"}
+    names = list(summary)
+    speeds = [summary[n]["tokens_per_s_total"] for n in names]
+    colors = ["#dd8452" if n.startswith("llama-server") else "#4c72b0" for n in names]
+    fig, ax = plt.subplots(figsize=(10, 4.8))
+    ax.barh(range(len(names)), speeds, color=colors)
+    ax.set_yticks(range(len(names)), names, fontsize=8)
+    ax.invert_yaxis()
+    best = result["summary"].get("best_llama_server")
+    if best:
+        ax.axvline(best["tokens_per_s_total"], color="#dd8452", linestyle="--", linewidth=1)
+        ax.axvline(
+            1.5 * best["tokens_per_s_total"], color="#55a868", linestyle="--", linewidth=1, label="goal 1.5x"
+        )
+        ax.legend(loc="lower right", fontsize=8)
+    ax.set_xlabel("tokens/s (greedy, held-out prompts, prefill included)")
+    env = result["environment"]
+    ax.set_title(f"specls decode speed, {env['threads']} thread(s): local engines vs llama-server")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m bench.decode_speed", description=__doc__.split("\n")[0])
+    parser.add_argument("--target", required=True, help="Hugging Face folder with the model's GGUF beside it")
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--engines", default=",".join(ENGINES), help=f"comma-separated subset of {', '.join(ENGINES)}"
+    )
+    parser.add_argument("--no-llama-server", action="store_true")
+    parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    parser.add_argument("--tag", default="cpu")
+    args = parser.parse_args(argv)
+    engines = tuple(name for name in args.engines.split(",") if name)
+    unknown = [name for name in engines if name not in ENGINES]
+    if unknown:
+        parser.error(f"unknown engines {unknown}; choose from {', '.join(ENGINES)}")
+    config = DecodeSpeedConfig(
+        target=args.target,
+        prompts=args.prompts,
+        max_new_tokens=args.max_new_tokens,
+        threads=args.threads,
+        engines=engines,
+        llama_server=not args.no_llama_server,
+        out=args.out,
+        tag=args.tag,
+    )
+    result = run_decode_speed(config)
+    for written in write_report(result, args.out, args.tag):
+        print(written)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

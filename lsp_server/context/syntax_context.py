@@ -1,0 +1,82 @@
+"""Which syntax context the next token is in: the one piece of draft-length control that knows code.
+
+`syntax_context_of` names the situation before the next token (one of SYNTAX_CONTEXTS); `syntax_classifier`
+binds the identifiers of the file, and the request carries it to the engine, whose draft-length policy
+(`engine.drafters.length.SyntaxDraftPolicy`) learns per context how long drafts hold there. The benchmark
+(`specls bench draft-length`) measures acceptance per context with the same classifier.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable
+
+from engine.api import SyntaxClassifier
+from lsp_server.context.syntax import CLOSERS, OPENERS
+
+SYNTAX_CONTEXTS = (
+    "indentation",  # right after a newline: whitespace comes next
+    "closing",  # right after a closing bracket: `:`, `)`, `;` or a newline usually follow
+    "known-identifier",  # inside a word that starts an identifier already in the file
+    "repeated",  # the line so far starts like an earlier line (repeated structure)
+    "identifier",  # inside a word that matches nothing seen
+    "other",
+    "after-open",  # right after an opening bracket: the first argument is a choice
+    "after-operator",  # right after an operator or comma: an operand is a choice
+    "statement-start",  # indentation done, a new statement begins: the biggest choice
+)
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_OPERATOR_CHARS = set("=+-*/%<>!&|^~,.?:@")
+
+
+def identifiers_in(text: str, min_length: int = 3) -> frozenset[str]:
+    return frozenset(word for word in _IDENTIFIER.findall(text) if len(word) >= min_length)
+
+
+def syntax_context_of(text_before: str, known_identifiers: Iterable[str] = ()) -> str:
+    """Name the syntax context of the next token, given the text before it (one of SYNTAX_CONTEXTS)."""
+    line_start = text_before.rfind("\n") + 1
+    line = text_before[line_start:]
+    if line_start > 0 and line == "":
+        return "indentation"
+    if line.strip() == "":
+        return "statement-start" if line else "other"
+    code = line.lstrip()
+    if len(code) >= 4 and _starts_an_earlier_line(text_before[:line_start], code):
+        return "repeated"
+    last = line[-1]
+    if last in CLOSERS:
+        return "closing"
+    if last in OPENERS:
+        return "after-open"
+    if last.isalnum() or last == "_":
+        match = re.search(r"[A-Za-z_][A-Za-z0-9_]*$", line)
+        if match is None:
+            return "other"  # digits
+        word = match.group(0)
+        earlier = text_before[: line_start + match.start()]
+        known = set(known_identifiers) | set(_IDENTIFIER.findall(earlier))
+        if any(name.startswith(word) and name != word for name in known):
+            return "known-identifier"
+        return "identifier"
+    stripped = line.rstrip()
+    if stripped and stripped[-1] in _OPERATOR_CHARS:
+        return "after-operator"
+    if stripped and stripped[-1] in OPENERS:
+        return "after-open"
+    return "other"
+
+
+def _starts_an_earlier_line(earlier_text: str, code: str) -> bool:
+    # Compare against stripped earlier lines (indentation may differ), in a bounded window.
+    return any(
+        stripped.startswith(code) and len(stripped) > len(code)
+        for stripped in (line.lstrip() for line in earlier_text[-4000:].split("\n"))
+    )
+
+
+def syntax_classifier(known_identifiers: Iterable[str] = ()) -> SyntaxClassifier:
+    """`syntax_context_of` for one file: identifiers already in it count as known."""
+    return functools.partial(syntax_context_of, known_identifiers=frozenset(known_identifiers))
