@@ -55,7 +55,7 @@ class LlamaPeer:
 
     def complete(
         self, prompt_ids: list[int], max_new_tokens: int, ignore_eos: bool
-    ) -> tuple[list[int], dict]:
+    ) -> tuple[list[int], dict[str, Any]]:
         """Greedy completion of the prompt ids; (generated ids, the server's timings)."""
         body = {
             "prompt": prompt_ids,

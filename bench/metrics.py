@@ -35,7 +35,7 @@ def expected_tokens_per_round(alpha: float, k: float) -> float:
         raise ValueError(f"alpha must be within 0..1, got {alpha}")
     if alpha == 1:
         return k + 1
-    return (1 - alpha ** (k + 1)) / (1 - alpha)
+    return float((1 - alpha ** (k + 1)) / (1 - alpha))
 
 
 def theoretical_speedup(alpha: float, k: float, c: float, verify_cost: float = 1.0) -> float:

@@ -74,7 +74,8 @@ class HFDecoder:
             logits_to_keep=keep_logits,
         )
         self._tokens.extend(token_ids)
-        return out.logits[0].float()
+        logits: torch.Tensor = out.logits[0].float()
+        return logits
 
 
 def make_decoder(model: PreTrainedModel, max_length: int | None = None) -> CausalDecoder:

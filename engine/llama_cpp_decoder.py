@@ -45,7 +45,7 @@ def _init_backend(lib: Any) -> None:
     if _backend_ready:
         return
 
-    @lib.llama_log_callback
+    @lib.llama_log_callback  # type: ignore[untyped-decorator]  # a ctypes callback type
     def silent(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
         return None
 

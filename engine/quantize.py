@@ -47,7 +47,7 @@ class Int8Linear:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed_kernel:
             flat = torch._weight_int8pack_mm(x.reshape(-1, x.shape[-1]), self.int8, self.scales)
-            y = flat.view(*x.shape[:-1], self.out_features)
+            y: torch.Tensor = flat.view(*x.shape[:-1], self.out_features)
         else:
             y = F.linear(x, self.int8.to(x.dtype)) * self.scales
         return y if self.bias is None else y + self.bias
@@ -71,7 +71,7 @@ class Int4Linear:
         flat = torch.ops.aten._weight_int4pack_mm_for_cpu(
             x.reshape(-1, x.shape[-1]), self.packed, INT4_GROUP, self.scales_and_zeros
         )
-        y = flat.view(*x.shape[:-1], self.out_features)
+        y: torch.Tensor = flat.view(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
 
 

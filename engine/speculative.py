@@ -99,7 +99,6 @@ def speculative_generate(
     """
     start = perf_counter()
     prompt_ids, dropped = fit_prompt(prompt_ids, target.max_length, settings.max_new_tokens)
-    cancelled = (lambda: cancel.cancelled) if cancel is not None else (lambda: False)
     if forced is not None:
         drafter = ForcedPrefixDrafter(drafter, forced)
     constrain = forced.constrain if forced is not None else _unconstrained
@@ -115,7 +114,7 @@ def speculative_generate(
         while output.finish is None:
             # 2. Size this round's draft: the drafter says what it can offer, the policy picks k (unless the
             #    drafter fixed it: a forced prefix's spelling).
-            if cancelled():
+            if _cancelled(cancel):
                 break
             room = min(output.remaining - 1, target.max_length - len(context))
             plan = _plan(drafter, context)
@@ -130,7 +129,7 @@ def speculative_generate(
             except DraftCancelled:
                 break
             draft_ids = draft.token_ids[: max(0, k)]
-            if cancelled():
+            if _cancelled(cancel):
                 break
             # 4. Verify every draft in ONE target forward: k + 1 rows of logits, under any constraint.
             logits = constrain(target.forward([context[-1], *draft_ids]), draft_ids)
@@ -165,6 +164,10 @@ def speculative_generate(
         forced_tokens=forced.spelled_tokens if forced is not None else 0,
         unfinished="cancelled",
     )
+
+
+def _cancelled(cancel: CancelToken | None) -> bool:
+    return cancel is not None and cancel.cancelled
 
 
 def _unconstrained(logits: torch.Tensor, path: Sequence[int]) -> torch.Tensor:

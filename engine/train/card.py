@@ -32,6 +32,10 @@ def _lean_step_costs(target: LlamaForCausalLM, draft: LlamaForCausalLM) -> StepC
     )
 
 
+def _parameter_count(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
 def _folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
 
@@ -56,14 +60,13 @@ def evaluate_pair(
     fim_em = evaluate.fim_exact_match(target, tokenizer, cases)
     samples = evaluate.sample_completions(target, tokenizer, result.held_out)
     costs = _lean_step_costs(target, draft)
-    n_params = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
     return {
         "preset": preset.name,
         "held_out_files": len(result.held_out),
         "train_files": result.train_files,
         "held_out_tokens": int(windows[:, 1:].numel()),
-        "target_params": n_params(target),
-        "draft_params": n_params(draft),
+        "target_params": _parameter_count(target),
+        "draft_params": _parameter_count(draft),
         "target_bytes": _folder_bytes(result.target_dir),
         "draft_bytes": _folder_bytes(result.draft_dir),
         "target_train_tokens": result.target_log.steps * preset.batch_size * preset.seq_len,

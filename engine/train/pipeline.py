@@ -186,7 +186,8 @@ def _teacher_topk(
 ) -> dict[str, torch.Tensor]:
     """Run the teacher once over the distillation batches and keep its top-k logits (cheap to store, reused per epoch)."""
     if path.exists():
-        return torch.load(path)
+        cached: dict[str, torch.Tensor] = torch.load(path)
+        return cached
     tokens, top_values, top_indices = [], [], []
     with torch.inference_mode():
         for i in tqdm(range(preset.distill_batches), desc="teacher logits", disable=not progress):

@@ -67,17 +67,18 @@ def healed_fragment(prefix: str) -> str:
 
     A prompt that ends mid-word ends on a token split the model rarely saw, and it suggests lone letters
     instead of finishing the word; re-generating the fragment lets it pick the word's usual tokens. The same
-    holds for spaces and tabs at the end: a byte-level BPE attaches the last space to the next word
-    (" return"), so a prompt that ends in indentation asks for a word without its space, and the model
-    answers with stray spaces or an empty line. So the word fragment before the cursor and the spaces or
-    tabs before it leave the prompt together; some text always stays in it.
+    holds for whitespace at the end: a byte-level BPE attaches the last space to the next word (" return")
+    and a line break to the indentation after it ("\n   "), so a prompt that ends in a line break or in
+    indentation asks for tokens the model rarely saw there, and it answers with stray spaces, an empty line
+    or code for column 0. So the word fragment before the cursor and all the whitespace before it (line
+    breaks included) leave the prompt together; some text always stays in it.
     """
     word_start = len(prefix)
     while word_start > 0 and prefix[word_start - 1] in WORD_CHARACTERS:
         word_start -= 1
     if len(prefix) - word_start > MAX_HEALED_WORD:
         return ""
-    start = len(prefix[:word_start].rstrip(" \t"))
+    start = len(prefix[:word_start].rstrip(" \t\r\n"))
     return prefix[start:] if prefix[:start].strip() else ""
 
 

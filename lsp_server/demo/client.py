@@ -69,18 +69,19 @@ class ServerSession:
         self.settings: dict[str, Any] = {}  # what configure() has sent so far
         self._stderr_task: asyncio.Task[None] | None = None
 
-        @self.client.feature("specls/status")
-        def on_status(params: Any) -> None:
-            self.statuses.append(to_plain(params))
+        self.client.feature("specls/status")(self._on_status)
+        self.client.feature(types.WINDOW_SHOW_MESSAGE)(self._on_show_message)
+        self.client.feature(types.WINDOW_LOG_MESSAGE)(self._on_log_message)
 
-        @self.client.feature(types.WINDOW_SHOW_MESSAGE)
-        def on_show_message(params: types.ShowMessageParams) -> None:
+    def _on_status(self, params: Any) -> None:
+        self.statuses.append(to_plain(params))
+
+    def _on_show_message(self, params: types.ShowMessageParams) -> None:
+        self.messages.append(params.message)
+
+    def _on_log_message(self, params: types.LogMessageParams) -> None:
+        if params.type in (types.MessageType.Error, types.MessageType.Warning):
             self.messages.append(params.message)
-
-        @self.client.feature(types.WINDOW_LOG_MESSAGE)
-        def on_log_message(params: types.LogMessageParams) -> None:
-            if params.type in (types.MessageType.Error, types.MessageType.Warning):
-                self.messages.append(params.message)
 
     # --- lifecycle ---
 

@@ -122,6 +122,9 @@ class VSCode:
         self.page.keyboard.press("Enter")
         self.page.wait_for_selector(f'.tab.active[aria-label*="{name}"]')
         self.page.wait_for_selector(".monaco-editor.focused")
+        # VS Code creates some editor contributions (inline suggestions among them) when it is next idle;
+        # on a busy machine that is a moment after the editor shows.
+        self.page.wait_for_timeout(2_000)
 
     def ghost_text(self) -> str:
         """The ghost text drawn on the cursor's line (VS Code splits it into one span per token)."""

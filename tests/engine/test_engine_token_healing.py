@@ -16,7 +16,8 @@ PROMPT = "class Point:\n    def __init__(self, x, y):\n        self.x = x\n     
 LINE_START = "class Point:\n    def __init__(self, x, y):\n        self.x = x\n"
 CASES = (
     *((PROMPT, forced) for forced in (" self", " se", " return", " sel", " y")),
-    *((LINE_START, forced) for forced in ("        ", "        se", "\t\t", "    ")),
+    *((LINE_START, forced) for forced in ("        ", "        se", "\t\t")),
+    (LINE_START.rstrip("\n"), "\n        "),  # the line break too, as the context builder heals it
     ("x =", " "),
 )
 WHITESPACE = " \t\r\n"

@@ -161,9 +161,10 @@ def test_a_word_fragment_or_an_overshoot_leaves_the_next_token_free() -> None:
         ("self.pro", "pro"),
         ("    return valu", " valu"),
         ("p =  sub", "  sub"),  # every space or tab before the word
-        ("def f():\n    ", "    "),  # the indentation of a new line
-        ("def f():\n\t\tret", "\t\tret"),
-        ("x = 1\n", ""),  # nothing to heal at column 0
+        ("def f():\n    ", "\n    "),  # a new line and its indentation: one token ("\n   ") in a BPE
+        ("def f():\n\t\tret", "\n\t\tret"),
+        ("x = 1\n\n", "\n\n"),
+        ("x = 1", " 1"),
         ("def ", " "),
         ("x", ""),  # nothing would be left to prompt with
         ("   foo", ""),
