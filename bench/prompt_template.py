@@ -1,8 +1,8 @@
 """Which prefix-only prompt suits a model without FIM tokens: the file path as a header, or nothing.
 
 For each held-out cursor (`bench.prompts.cursor_in`: a code line at 60% of a file) and each header
-variant, one forward over header + the file's lines before that line + the line itself (with its
-indentation, so it tokenizes as it would in a file) gives the mean negative log-likelihood of the line's
+variant, one forward over header + the file's lines before that line + the line itself (tokenized as one
+text, with its indentation, as the model saw files) gives the mean negative log-likelihood of the line's
 tokens and whether greedy decoding would reproduce every one of them (teacher-forced top-1 on the whole
 line). Lower NLL and more whole lines mean the model is better placed to write the line the user is about
 to type. Variants are compared prompt by prompt against no header (paired differences).
@@ -49,16 +49,21 @@ def measure(target: str, prompts: int, prefix_lines: int, threads: int) -> dict[
             continue
         line_start = text.rfind("\n", 0, offset) + 1
         before = "\n".join(text[:line_start].split("\n")[-prefix_lines - 1 :])
-        target_ids = tokenizer.encode(text[line_start:offset] + removed + "\n", add_special_tokens=False)
+        line_text = text[line_start:offset] + removed + "\n"
         used.append(f"{relative}:{line + 1}")
         for name, header in VARIANTS.items():
-            context_ids = tokenizer.encode(header.format(path=relative) + before, add_special_tokens=False)
-            ids = torch.tensor([context_ids + target_ids])
+            # One tokenization of the whole text, as the model saw files: the line's tokens are those that
+            # end inside it (a token spanning the newline before it counts as the line's).
+            context = header.format(path=relative) + before
+            encoded = tokenizer(context + line_text, add_special_tokens=False, return_offsets_mapping=True)
+            all_ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
+            first = next(i for i, (_, end) in enumerate(offsets) if end > len(context))
+            ids = torch.tensor([all_ids])
             with torch.inference_mode():
-                logits = model(ids).logits[0, len(context_ids) - 1 : -1].float()
+                logits = model(ids).logits[0, first - 1 : -1].float()
+            wanted = torch.tensor(all_ids[first:])
             log_probs = torch.log_softmax(logits, dim=-1)
-            wanted = torch.tensor(target_ids)
-            nll = float(-log_probs[torch.arange(len(target_ids)), wanted].mean())
+            nll = float(-log_probs[torch.arange(len(wanted)), wanted].mean())
             whole = bool((logits.argmax(dim=-1) == wanted).all())
             rows[name].append((nll, whole))
     base = rows["none"]

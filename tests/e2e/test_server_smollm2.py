@@ -18,6 +18,7 @@ from tests.e2e.server_support import start_session, stop_session
 NAME = "smollm2-135m"
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.timeout(900),  # loading and pricing a 135M-parameter model on a 2-core CPU
     pytest.mark.skipif(
         not is_pulled(NAME), reason=f"{NAME} is not pulled: run `specls pull {NAME}` (scripts/setup.sh does)"
     ),

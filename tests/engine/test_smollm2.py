@@ -49,7 +49,8 @@ def engine() -> Any:
     from engine.service import LocalEngine
 
     torch.set_num_threads(1)
-    return LocalEngine(target=NAME, device="cpu", dtype="fp32", max_context=1024)
+    # The torch runtime: the fp32 identity is a claim about it (the GGUF beside the model is Q4_1 for llama.cpp).
+    return LocalEngine(target=NAME, device="cpu", dtype="fp32", max_context=1024, runtime="torch")
 
 
 def complete(engine: Any, prompt: str, drafter: str, **extra: Any) -> Any:
