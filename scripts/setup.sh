@@ -4,10 +4,9 @@
 #   bash scripts/setup.sh          # what `specls demo`, `specls serve` and the editors need
 #   bash scripts/setup.sh --dev    # + test tools, Neovim 0.7 and 0.12, code-server and chromium (a real VS
 #                                  #   Code for the editor tests), the VS Code extension's npm packages, a
-#                                  #   llama-server built from source for the remote-backend tests and
-#                                  #   the in-process llama.cpp runtime (as --llama-cpp)
-#   bash scripts/setup.sh --llama-cpp  # + the in-process llama.cpp runtime, the fastest on CPU
-#                                  #   (compiles llama.cpp once: 13 CPU-minutes measured, ~7 min on 2 cores)
+#                                  #   llama-server built from source for the remote-backend tests
+#   bash scripts/setup.sh --llama-cpp  # + the in-process llama.cpp runtime (opt-in; not yet faster than torch int4 here)
+#                                  #   (compiles llama.cpp once: 13 CPU-minutes measured)
 # Re-running is cheap: every step skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +15,7 @@ DEV=0
 LLAMA_CPP=0
 for arg in "$@"; do
     case "$arg" in
-        --dev) DEV=1 LLAMA_CPP=1 ;;
+        --dev) DEV=1 ;;
         --llama-cpp) LLAMA_CPP=1 ;;
         *) echo "unknown option $arg (expected --dev or --llama-cpp)" >&2; exit 2 ;;
     esac
