@@ -206,6 +206,9 @@ def start_vscode(code_server: Path, extensions_dir: Path, tmp_path: Path) -> Ite
             "specls.serverArgs": [*server_args, "--log-file", str(tmp_path / "server.log")],
             "specls.trace.server": "verbose",
             "files.hotExit": "off",
+            # VS Code's own word list would open the suggest widget over the ghost text at random; the
+            # widget still opens for any completion provider, so "no specls row" stays a real check.
+            "editor.wordBasedSuggestions": "off",
             "workbench.startupEditor": "none",
             "telemetry.telemetryLevel": "off",
             "extensions.autoCheckUpdates": False,
