@@ -41,7 +41,7 @@ def find_llama_server() -> Path | None:
     return Path(found) if found else None
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -85,7 +85,7 @@ class LlamaPeer:
 
 
 def start_peer(binary: Path, gguf: Path, method: str, threads: int, ctx_size: int, log: Path) -> LlamaPeer:
-    port = _free_port()
+    port = free_port()
     command = [
         str(binary), "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port),
         "--ctx-size", str(ctx_size), "--parallel", "1", "--threads", str(threads),

@@ -4,9 +4,6 @@ real `llama-server` process serving it on 127.0.0.1."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import socket
 import subprocess
 import sysconfig
 import time
@@ -15,22 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.llama_peer import free_port
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUNDLED_TARGET = REPO_ROOT / "engine" / "bundled" / "target"
 BUILD_HINT = "build it with `bash scripts/build_llama_server.sh` (or set SPECLS_LLAMA_SERVER)"
-
-
-def find_llama_server() -> Path | None:
-    """$SPECLS_LLAMA_SERVER, else the binary cached by scripts/build_llama_server.sh, else PATH."""
-    configured = os.environ.get("SPECLS_LLAMA_SERVER")
-    if configured:
-        return Path(configured)
-    cache = Path(os.environ.get("SPECLS_CACHE_DIR", Path.home() / ".cache" / "specls"))
-    cached = cache / "bin" / "llama-server"
-    if cached.exists():
-        return cached
-    found = shutil.which("llama-server")
-    return Path(found) if found else None
 
 
 def _stdlib_sample(max_chars: int = 400_000) -> list[str]:
@@ -104,12 +90,6 @@ def ban_tokens_that_are_not_text(model: Any, tokenizer: Any) -> None:
             layer.mlp.down_proj.weight[0, :] = 0.0
         for token_id in range(model.lm_head.weight.shape[0]):
             model.lm_head.weight[token_id, 0] = 0.0 if is_text(token_id) else -100.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

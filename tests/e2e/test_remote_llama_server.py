@@ -22,10 +22,10 @@ from remote_support import (
     BUNDLED_TARGET,
     LlamaServer,
     build_tiny_llama,
-    find_llama_server,
     start_llama_server,
 )
 
+from bench.llama_peer import find_llama_server
 from engine.api import CancelToken, CompletionRequest
 from engine.gguf_export import export_llama_gguf
 from lsp_server.backends.openai import OpenAIBackend, RemoteOptions, RemoteUnavailableError
