@@ -89,9 +89,7 @@ def test_projected_embedding_keeps_the_geometry_of_a_low_rank_embedding() -> Non
     projected = projected_embedding(embedding, 6)
     assert projected.shape == (500, 6)
     original, kept = embedding @ embedding.T, projected @ projected.T
-    scale = kept.norm() / original.norm()
-    assert torch.allclose(kept, original * scale, atol=1e-4 * float(kept.abs().max()))
-    assert abs(float(projected.std()) - 0.02) < 1e-4
+    assert torch.allclose(kept, original, atol=1e-4 * float(original.abs().max()))  # inner products kept
     assert not torch.allclose(projected_embedding(embedding, 3) @ projected_embedding(embedding, 3).T, kept)
 
 
