@@ -10,6 +10,7 @@ its top principal directions: the tied head ranks tokens roughly as the teacher'
 from __future__ import annotations
 
 import math
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -241,8 +242,6 @@ def load_teacher(folder: Path, dtype: torch.dtype) -> PreTrainedModel:
 
 def save_draft(draft: LlamaForCausalLM, teacher_dir: Path, out_dir: Path) -> None:
     """bf16 safetensors plus the teacher's own tokenizer files, so the engine's same-tokenizer check passes."""
-    import shutil
-
     out_dir.mkdir(parents=True, exist_ok=True)
     draft.to(torch.bfloat16).save_pretrained(out_dir)  # type: ignore[arg-type]
     draft.float()
