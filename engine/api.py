@@ -28,8 +28,8 @@ StopCheck = Callable[[str], int | None]
 OnText = Callable[[str], None]
 
 
-def first_stop(text: str, stop_strings: tuple[str, ...], stop_check: StopCheck | None) -> int | None:
-    """Where a completion that reads `text` so far must end, or None to keep going.
+def cut_at_stop(text: str, stop_strings: tuple[str, ...], stop_check: StopCheck | None) -> tuple[str, bool]:
+    """`text` as far as a completion that reads it so far may go, and whether a stop rule ended it there.
 
     The earliest stop string wins; the StopCheck then sees the text up to that cut (what lies past a stop
     string is never shown) and may end it earlier. Every backend applies its stop rules through this.
@@ -43,7 +43,7 @@ def first_stop(text: str, stop_strings: tuple[str, ...], stop_check: StopCheck |
         checked = stop_check(text if cut is None else text[:cut])
         if checked is not None and (cut is None or checked < cut):
             cut = max(0, checked)
-    return cut
+    return (text, False) if cut is None else (text[:cut], True)
 
 
 class CancelToken:

@@ -4,6 +4,7 @@
 - `sync_cache`: prefix reuse across calls (prefill only the new tokens).
 - `TokenPicker`: the target's own choice of a token (greedy argmax, or warped sampling).
 - `OutputTracker`: EOS, max new tokens, stop strings, the stop callback, and streaming via `on_text`.
+- `start_decoding` / `Decoding.finish`: the set-up before the first forward and the result after the last.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from engine.api import (
     FinishReason,
     OnText,
     StopCheck,
-    first_stop,
+    cut_at_stop,
 )
-from engine.decoder import CausalDecoder, PrefillingDecoder
+from engine.decoder import CausalDecoder, PrefillingDecoder, device_of
+from engine.healing import ForcedPrefix
 from engine.sequences import common_prefix_length
 from engine.verify import warp_logits
 
@@ -176,10 +178,10 @@ class OutputTracker:
         return text[len(self.hidden_prefix) :] if text.startswith(self.hidden_prefix) else ""
 
     def _apply_stop_rules(self) -> None:
-        text = self._visible(self.token_ids)
-        cut = first_stop(text, self.settings.stop_strings, self.settings.stop_check)
-        if cut is not None:
-            text = text[:cut]
+        text, stopped = cut_at_stop(
+            self._visible(self.token_ids), self.settings.stop_strings, self.settings.stop_check
+        )
+        if stopped:
             self.token_ids = self._ids_covering(text)
             self.finish = "stop"
         self.text = text
@@ -211,21 +213,56 @@ class OutputTracker:
         return text[: len(text) - hold]
 
 
-def finish_result(
-    output: OutputTracker,
-    stats: EngineStats,
+@dataclass
+class Decoding:
+    """One call from prefill to result, the part both loops share: `start_decoding` fits the prompt and
+    prefills it, the loop feeds `output`, and `finish` turns what it produced into the result."""
+
+    prompt_ids: list[int]  # as fitted to the window
+    stats: EngineStats
+    picker: TokenPicker
+    output: OutputTracker
+    forced: ForcedPrefix | None  # token healing's forced prefix (`engine.healing`), if any
+    started: float  # perf_counter() times
+    prefilled: float
+
+    def finish(self, unfinished: FinishReason) -> CompletionResult:
+        """The result; `unfinished` is the finish reason when no stop rule fired."""
+        text, token_ids = self.output.result_parts()
+        stats, end = self.stats, perf_counter()
+        stats.prefill_s = self.prefilled - self.started
+        stats.decode_s, stats.wall_s = end - self.prefilled, end - self.started
+        stats.new_tokens = len(token_ids)
+        stats.forced_tokens = self.forced.spelled_tokens if self.forced is not None else 0
+        return CompletionResult(
+            text=text,
+            finish_reason=self.output.finish or unfinished,
+            token_ids=token_ids,
+            stats=stats.as_dict(),
+        )
+
+
+def start_decoding(
+    target: CausalDecoder,
+    prompt_ids: Sequence[int],
+    settings: DecodeSettings,
     *,
-    started: float,
-    prefilled: float,
-    forced_tokens: int,
-    unfinished: FinishReason,
-) -> CompletionResult:
-    """The result of a decode loop that started at `started` and finished prefilling at `prefilled`
-    (`perf_counter` times); `unfinished` is the finish reason when no stop rule fired."""
-    text, token_ids = output.result_parts()
-    end = perf_counter()
-    stats.prefill_s, stats.decode_s, stats.wall_s = prefilled - started, end - prefilled, end - started
-    stats.new_tokens, stats.forced_tokens = len(token_ids), forced_tokens
-    return CompletionResult(
-        text=text, finish_reason=output.finish or unfinished, token_ids=token_ids, stats=stats.as_dict()
+    decode: Decode,
+    on_text: OnText | None,
+    forced: ForcedPrefix | None,
+) -> Decoding:
+    """Fit the prompt to the window (`fit_prompt`) and prefill it, reusing the cached prefix (`sync_cache`).
+    Call under `torch.inference_mode()`."""
+    started = perf_counter()
+    fitted, dropped = fit_prompt(prompt_ids, target.max_length, settings.max_new_tokens)
+    reused = sync_cache(target, fitted)
+    prefilled = perf_counter()
+    return Decoding(
+        prompt_ids=fitted,
+        stats=EngineStats(len(fitted), reused, dropped),
+        picker=TokenPicker(settings, device_of(target)),
+        output=OutputTracker(settings, decode, on_text, forced.text if forced is not None else ""),
+        forced=forced,
+        started=started,
+        prefilled=prefilled,
     )

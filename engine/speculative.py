@@ -11,7 +11,6 @@ back to the context minus its new last token; rejected positions are simply forg
 from __future__ import annotations
 
 from collections.abc import Sequence
-from time import perf_counter
 
 import torch
 
@@ -20,24 +19,15 @@ from engine.api import (
     CompletionResult,
     DraftContext,
     DraftLengthPolicy,
-    EngineStats,
     LearningDraftPolicy,
     OnText,
 )
 from engine.costs import StepCosts
-from engine.decoder import CausalDecoder, device_of
+from engine.decoder import CausalDecoder
 from engine.drafters.base import Draft, Drafter
 from engine.drafters.forced import ForcedPrefixDrafter
 from engine.drafters.plan import DraftPlan, PlanningDrafter
-from engine.generation import (
-    Decode,
-    DecodeSettings,
-    OutputTracker,
-    TokenPicker,
-    finish_result,
-    fit_prompt,
-    sync_cache,
-)
+from engine.generation import Decode, DecodeSettings, OutputTracker, start_decoding
 from engine.healing import ForcedPrefix
 from engine.verify import greedy_accept, speculative_sample_accept
 
@@ -97,20 +87,15 @@ def speculative_generate(
     draft the forced text's own spelling, and every verify is constrained as in the plain loop
     (`ForcedPrefix.constrain`); the spelling rounds teach neither the drafter nor the policy.
     """
-    start = perf_counter()
-    prompt_ids, dropped = fit_prompt(prompt_ids, target.max_length, settings.max_new_tokens)
     if forced is not None:
         drafter = ForcedPrefixDrafter(drafter, forced)
     constrain = forced.constrain if forced is not None else _unconstrained
     learner = policy if isinstance(policy, LearningDraftPolicy) else None
     with torch.inference_mode():
         # 1. Prefill: reuse the cached prefix shared with the previous call, feed only the new tokens.
-        reused = sync_cache(target, prompt_ids)
-        prefilled = perf_counter()
-        stats = EngineStats(len(prompt_ids), reused, dropped)
-        picker = TokenPicker(settings, device_of(target))
-        output = OutputTracker(settings, decode, on_text, forced.text if forced is not None else "")
-        context = list(prompt_ids)
+        run = start_decoding(target, prompt_ids, settings, decode=decode, on_text=on_text, forced=forced)
+        stats, picker, output = run.stats, run.picker, run.output
+        context = list(run.prompt_ids)
         while output.finish is None:
             # 2. Size this round's draft: the drafter says what it can offer, the policy picks k (unless the
             #    drafter fixed it: a forced prefix's spelling).
@@ -156,14 +141,7 @@ def speculative_generate(
             output.extend(new_tokens)
         if output.finish is None:
             output.cancel()
-    return finish_result(
-        output,
-        stats,
-        started=start,
-        prefilled=prefilled,
-        forced_tokens=forced.spelled_tokens if forced is not None else 0,
-        unfinished="cancelled",
-    )
+    return run.finish(unfinished="cancelled")
 
 
 def _cancelled(cancel: CancelToken | None) -> bool:

@@ -23,7 +23,7 @@ from engine.api import (
     CompletionResult,
     FinishReason,
     OnText,
-    first_stop,
+    cut_at_stop,
     refuse_forced_prefix,
 )
 from lsp_server.config import FakeSettings
@@ -102,10 +102,8 @@ class FakeBackend:
             if self.token_delay_s:
                 time.sleep(self.token_delay_s)
             forwards += 1
-            text += token
-            cut = first_stop(text, request.stop_strings, request.stop_check)
-            if cut is not None:
-                text = text[:cut]
+            text, stopped = cut_at_stop(text + token, request.stop_strings, request.stop_check)
+            if stopped:
                 finish = "stop"
             if on_text is not None and text:
                 on_text(text)

@@ -34,7 +34,7 @@ from engine.api import (
     CompletionResult,
     FinishReason,
     OnText,
-    first_stop,
+    cut_at_stop,
     refuse_forced_prefix,
 )
 from lsp_server.backends.http_stream import (
@@ -241,10 +241,8 @@ class OpenAIBackend:
                 continue
             if state.first_text_s is None:
                 state.first_text_s = time.monotonic() - state.started
-            text = state.text + piece
-            cut = first_stop(text, request.stop_strings, request.stop_check)
-            if cut is not None:
-                text = text[:cut]
+            text, stopped = cut_at_stop(state.text + piece, request.stop_strings, request.stop_check)
+            if stopped:
                 state.finish = "stop"
             if text != state.text:
                 state.text = text

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lsp_server.server import completion_label
+from lsp_server.handlers.completions import completion_label
 
 
 @pytest.mark.parametrize(

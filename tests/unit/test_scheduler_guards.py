@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from lsp_server.server import guarded
+from lsp_server.handlers.guard import guarded
 
 
 class RecordingServer:

@@ -1,0 +1,163 @@
+"""`specls doctor`'s checks of the model pair: each model's folder and size, the shared tokenizer and its FIM
+tokens, and the precision and runtime the server would pick. None of them loads a model's weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lsp_server.commands.doctor_environment import Check
+
+
+def check_model_pair(target: str | None, draft: str | None) -> list[Check]:
+    """Each model's folder and size, then whether the two speak the same tokens and carry FIM tokens."""
+    from engine.models import (
+        NO_DRAFT,
+        ModelLoadError,
+        Role,
+        check_model_folder,
+        default_draft,
+        describe_model,
+        resolve_model_path,
+    )
+
+    checks: list[Check] = []
+    sources = {}
+    roles: tuple[Role, ...] = ("target", "draft")
+    draft = draft if draft is not None else default_draft(target)
+    for role, spec in zip(roles, (target, draft), strict=True):
+        if role == "draft" and spec == NO_DRAFT:
+            checks.append(Check("draft model", "ok", "none: lookup, suffix and stale drafting only"))
+            continue
+        try:
+            source = resolve_model_path(spec, role)
+            if source.is_local:
+                check_model_folder(Path(source.location), role)
+                info = describe_model(source)
+                detail = (
+                    f"{source.location}: {info.get('model_type')}, {info.get('params', 0):,} params, "
+                    f"{info.get('bytes', 0) / 1e6:.1f} MB, context {info.get('context_length')}"
+                )
+            else:
+                detail = f"hub id {source.location!r} (downloaded on first use; needs the network once)"
+        except ModelLoadError as exc:
+            checks.append(Check(f"{role} model", "fail", str(exc), _model_fix(role, spec)))
+            continue
+        except Exception as exc:  # a corrupt safetensors header, an unreadable folder
+            checks.append(
+                Check(f"{role} model", "fail", f"{type(exc).__name__}: {exc}", _model_fix(role, spec))
+            )
+            continue
+        sources[role] = source
+        checks.append(Check(f"{role} model", "ok", detail))
+    if len(sources) == 2 and all(source.is_local for source in sources.values()):
+        checks.extend(check_tokenizers(sources["target"].location, sources["draft"].location))
+    elif draft == NO_DRAFT and "target" in sources and sources["target"].is_local:
+        from engine.models import special_tokens
+
+        checks.append(check_fim(tuple(special_tokens(Path(sources["target"].location)))))
+    elif len(sources) < 2:
+        checks.append(Check("tokenizers", "skip", "needs both models"))
+    return checks
+
+
+def _model_fix(role: str, spec: str | None) -> str:
+    if spec in (None, "bundled"):
+        return (
+            f"train the bundled pair with `specls train` (it writes engine/bundled/{role}), "
+            f"or point --{role} at a Hugging Face model folder"
+        )
+    return f"pass --{role} a folder that holds config.json, model.safetensors and the tokenizer files"
+
+
+def check_tokenizers(target_dir: str, draft_dir: str) -> list[Check]:
+    import json
+
+    from transformers import AutoTokenizer
+
+    from engine.models import ModelLoadError, check_same_tokenizer
+
+    try:
+        target = AutoTokenizer.from_pretrained(target_dir)
+        draft = AutoTokenizer.from_pretrained(draft_dir)
+    except Exception as exc:
+        return [
+            Check("tokenizers", "fail", f"cannot load: {exc}", "copy the tokenizer files next to the weights")
+        ]
+    try:
+        check_same_tokenizer(target, draft)
+    except ModelLoadError as exc:
+        return [Check("tokenizers", "fail", str(exc), "use a draft from the target's model family")]
+    checks = [
+        Check(
+            "tokenizers", "ok", f"target and draft share one vocabulary of {len(target.get_vocab()):,} tokens"
+        )
+    ]
+    sizes = [
+        json.loads((Path(folder) / "config.json").read_text())["vocab_size"]
+        for folder in (target_dir, draft_dir)
+    ]
+    if sizes[0] != sizes[1]:
+        checks.append(
+            Check(
+                "vocab size",
+                "warn",
+                f"target outputs {sizes[0]} logits, draft {sizes[1]}; only the shared ids can be proposed",
+            )
+        )
+    checks.append(check_fim(tuple(target.all_special_tokens)))
+    return checks
+
+
+def check_fim(special_tokens: tuple[str, ...]) -> Check:
+    from lsp_server.context.fim import detect_fim_template
+
+    template = detect_fim_template(special_tokens)
+    if template is None:
+        return Check(
+            "fill-in-the-middle",
+            "warn",
+            "the tokenizer has no FIM tokens: prompts are prefix-only; the text after the cursor still "
+            "drives the stop rules",
+            "for fill-in-the-middle use a code model trained with FIM (the bundled pair, Qwen2.5-Coder, ...)",
+        )
+    return Check("fill-in-the-middle", "ok", f"{template.name} template")
+
+
+def check_dtype(target: str | None, device: str, requested: str) -> list[Check]:
+    """The precision the server would run in, and the evidence for it (CPU flags, model size)."""
+    from engine.models import (
+        choose_dtype,
+        cpu_bf16_support,
+        pick_device,
+        resolve_model_path,
+        safetensors_params,
+    )
+
+    source = resolve_model_path(target, "target")
+    params = safetensors_params(Path(source.location)) if source.is_local else None
+    name, reason = choose_dtype(requested, pick_device(device).type, params, cpu_bf16_support())
+    lossless = "greedy speculative output is token-identical to plain decoding"
+    if name == "bf16":
+        lossless = (
+            "greedy speculative output may differ from plain decoding only at near-ties (--dtype fp32: never)"
+        )
+    return [Check("dtype", "ok", f"{name} ({reason}); {lossless}")]
+
+
+def check_runtime(target: str | None, device: str) -> list[Check]:
+    """What would decode the target (llama.cpp in process, or torch) and why; never loads the model."""
+    from engine.llama_cpp_decoder import find_gguf, llama_cpp_available
+    from engine.models import pick_device, resolve_model_path
+    from engine.runtime import choose_runtime, llama_cpp_blocker
+
+    source = resolve_model_path(target, "target")
+    gguf = find_gguf(Path(source.location)) if source.is_local else None
+    blocker = llama_cpp_blocker(pick_device(device).type, gguf, llama_cpp_available())
+    runtime, reason = choose_runtime("auto", "none", blocker)
+    if runtime == "llama.cpp" and gguf is not None:
+        detail = (
+            f"llama.cpp in process over {gguf.name} ({reason}); greedy speculative output may differ from "
+        )
+        detail += "plain decoding only at near-ties"
+        return [Check("runtime", "ok", detail)]
+    return [Check("runtime", "ok", f"torch ({reason})")]

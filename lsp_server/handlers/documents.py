@@ -1,0 +1,51 @@
+"""The documents: open, change and close go to the `DocumentStore` under `Scheduler.editing()`, then tell
+the scheduler, which stops a generation the edit made stale."""
+
+from __future__ import annotations
+
+import logging
+
+from lsprotocol import types
+
+from lsp_server.documents import PositionError, TextChange, UnknownDocumentError
+from lsp_server.handlers.guard import guarded
+from lsp_server.language_server import SpeclsServer
+
+
+@guarded(None)
+def did_open(ls: SpeclsServer, params: types.DidOpenTextDocumentParams) -> None:
+    doc = params.text_document
+    with ls.scheduler.editing() as store:
+        store.open(doc.uri, doc.language_id, doc.version, doc.text)
+    ls.scheduler.document_changed(doc.uri)
+
+
+@guarded(None)
+def did_change(ls: SpeclsServer, params: types.DidChangeTextDocumentParams) -> None:
+    uri = params.text_document.uri
+    changes = [
+        TextChange(
+            (c.range.start.line, c.range.start.character, c.range.end.line, c.range.end.character)
+            if isinstance(c, types.TextDocumentContentChangePartial)
+            else None,
+            c.text,
+        )
+        for c in params.content_changes
+    ]
+    try:
+        with ls.scheduler.editing() as store:
+            store.change(uri, params.text_document.version, changes)
+    except UnknownDocumentError:
+        ls.log(logging.WARNING, f"didChange for {uri}, which is not open; ignored")
+        return
+    except PositionError as exc:
+        ls.log(logging.ERROR, f"didChange for {uri} rejected, the document is now out of sync: {exc}")
+    ls.scheduler.document_changed(uri)
+
+
+@guarded(None)
+def did_close(ls: SpeclsServer, params: types.DidCloseTextDocumentParams) -> None:
+    uri = params.text_document.uri
+    ls.scheduler.document_closed(uri)
+    with ls.scheduler.editing() as store:
+        store.close(uri)

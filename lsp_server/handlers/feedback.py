@@ -1,0 +1,60 @@
+"""The user's feedback on suggestions, counted for `specls/stats` (local only, never sent anywhere): the
+`specls.accept` command every suggestion carries, and the `specls/did*` notifications a client may send."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lsp_server.handlers.guard import field, guarded
+from lsp_server.language_server import SpeclsServer
+
+STATS_REQUEST = "specls/stats"
+
+
+def accept_command(ls: SpeclsServer, *arguments: Any) -> None:
+    """`specls.accept`, the command every suggestion carries: the client runs it when the user accepts."""
+    _count_accept(ls, arguments[0] if arguments else None)
+
+
+def _count_accept(ls: SpeclsServer, suggestion_id: Any) -> None:
+    key = str(suggestion_id)
+    if key in ls.accepted_ids:  # the command and specls/didAccept may both report one accept
+        return
+    if len(ls.accepted_ids) > 10_000:
+        ls.accepted_ids.clear()
+    ls.accepted_ids.add(key)
+    ls.scheduler.stats.accepted += 1
+    ls.schedule_status()
+
+
+@guarded(None)
+def did_show(ls: SpeclsServer, params: Any) -> None:
+    ls.scheduler.stats.shown += 1
+
+
+@guarded(None)
+def did_accept(ls: SpeclsServer, params: Any) -> None:
+    _count_accept(ls, field(params, "suggestionId"))
+
+
+@guarded(None)
+def did_partially_accept(ls: SpeclsServer, params: Any) -> None:
+    ls.scheduler.stats.partially_accepted += 1
+
+
+@guarded(None)
+def did_reject(ls: SpeclsServer, params: Any) -> None:
+    ls.scheduler.stats.rejected += 1
+    ls.schedule_status()
+
+
+@guarded({})
+def stats_request(ls: SpeclsServer, params: Any) -> dict[str, Any]:
+    result = ls.scheduler.stats.as_dict()
+    result["state"] = ls.scheduler.state
+    result["settings"] = {
+        "backend": ls.settings.backend,
+        "firstLineFirst": ls.settings.first_line_first,
+        "positionEncoding": ls.store.position_encoding,
+    }
+    return result

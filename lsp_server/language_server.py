@@ -1,0 +1,122 @@
+"""`SpeclsServer`: what every handler shares (the settings, the document store, the scheduler) and the
+messages the server sends on its own (log lines, load progress, `specls/status`). The handlers live in
+`handlers/`; `server.py` wires them to their LSP methods."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+
+from lsp_server import __version__
+from lsp_server.backends import create_backend
+from lsp_server.config import ServerSettings, SettingsReport, apply_settings
+from lsp_server.documents import DocumentStore
+from lsp_server.protocol import SpeclsProtocol
+from lsp_server.scheduler import BackendState, Scheduler
+
+logger = logging.getLogger(__name__)
+
+STATUS_NOTIFICATION = "specls/status"
+STATUS_INTERVAL_S = 0.5  # at most two status notifications per second after completions
+_LOG_LEVELS = {
+    logging.ERROR: types.MessageType.Error,
+    logging.WARNING: types.MessageType.Warning,
+    logging.INFO: types.MessageType.Info,
+}
+
+
+class SpeclsServer(LanguageServer):
+    def __init__(self, cli_settings: Mapping[str, Any] | None = None) -> None:
+        super().__init__("specls", __version__, protocol_cls=SpeclsProtocol)
+        self.cli_settings = dict(cli_settings or {})  # applied last: the command line wins
+        self.client_settings: dict[str, Any] = {}
+        self.settings, report = self.resolve_settings()
+        self.pending_report = report
+        self.store = DocumentStore()
+        self.scheduler = Scheduler(
+            self.store,
+            self.settings,
+            create_backend,
+            on_state=self.on_backend_state,
+            on_log=self.log,
+            on_completion=self.schedule_status,
+        )
+        self.progress_token: str | None = None
+        self.progress_count = 0
+        self.reload_task: asyncio.Future[None] | None = None  # held so the task is not collected mid-way
+        self.accepted_ids: set[str] = set()
+        self._last_status = 0.0
+        self._status_pending = False
+
+    # --- settings ---
+
+    def resolve_settings(self) -> tuple[ServerSettings, SettingsReport]:
+        settings, report = apply_settings(self.client_settings, ServerSettings())
+        settings, cli_report = apply_settings(self.cli_settings, settings)
+        report.invalid += cli_report.invalid
+        report.unknown += cli_report.unknown
+        return settings, report
+
+    def report_settings(self, report: SettingsReport) -> None:
+        for problem in report.invalid:
+            self.window_show_message(types.ShowMessageParams(types.MessageType.Warning, f"specls: {problem}"))
+            self.log(logging.WARNING, problem)
+        for note in report.unknown:
+            self.log(logging.INFO, note)
+
+    # --- messages to the client ---
+
+    def log(self, level: int, message: str) -> None:
+        logger.log(level, message)
+        try:
+            self.window_log_message(
+                types.LogMessageParams(_LOG_LEVELS.get(level, types.MessageType.Log), message)
+            )
+        except Exception:  # the client is gone; the local log has it
+            logger.debug("could not send a log message", exc_info=True)
+
+    def on_backend_state(self, state: BackendState, message: str) -> None:
+        if state == "error":
+            self.log(logging.ERROR, message)
+            self.window_show_message(types.ShowMessageParams(types.MessageType.Error, f"specls: {message}"))
+        elif state == "ready":
+            self.log(logging.INFO, message)
+        if state != "loading" and self.progress_token is not None:
+            self.work_done_progress.end(self.progress_token, types.WorkDoneProgressEnd(message=message))
+            self.progress_token = None
+        self.send_status(message)
+
+    def send_status(self, message: str = "") -> None:
+        stats = self.scheduler.stats
+        info = self.scheduler.info
+        self._last_status = time.monotonic()
+        self.protocol.notify(
+            STATUS_NOTIFICATION,
+            {
+                "state": self.scheduler.state,
+                "message": message,
+                "model": info.target if info is not None else None,
+                "lastLatencyMs": round(stats.latencies_ms[-1], 2) if stats.latencies_ms else None,
+                "acceptanceRate": stats.acceptance_rate(),
+            },
+        )
+
+    def schedule_status(self) -> None:
+        """Send a status after a completion, at most every STATUS_INTERVAL_S (the last one always arrives)."""
+        wait = self._last_status + STATUS_INTERVAL_S - time.monotonic()
+        if wait <= 0:
+            self.send_status()
+        elif not self._status_pending:
+            self._status_pending = True
+
+            def send_later() -> None:
+                self._status_pending = False
+                self.send_status()
+
+            asyncio.get_running_loop().call_later(wait, send_later)
