@@ -44,6 +44,9 @@ class CatalogModel:
     # Extra ids that end a completion. An instruct model's EOS (`<|im_end|>`) is not how a file ends in
     # pretraining text; `<|endoftext|>` is.
     end_tokens: tuple[str, ...] = ()
+    # A draft distilled for this model by `specls train --teacher NAME`, shipped under engine/bundled/; the
+    # default draft wherever that folder holds one ("" or an empty folder: no draft model).
+    bundled_draft: str = ""
 
     @property
     def gguf_file(self) -> str:

@@ -3,9 +3,10 @@ Hugging Face folder, or a hub id.
 
 Only a hub id may touch the network, and only because the user named it; a catalog name resolves to its
 folder in the cache or fails with the `specls pull` command to run. A pair whose tokenizers differ is
-refused: speculative verification compares token ids, so both models must speak the same ones. A target
-without a draft of its own tokenizer (every catalog model so far) runs with no draft model
-(`draft="none"`): the copying drafters still speculate.
+refused: speculative verification compares token ids, so both models must speak the same ones. A catalog
+model's default draft is the one distilled for it (`specls train --teacher`) when it ships; a target
+without a draft of its own tokenizer runs with no draft model (`draft="none"`): the copying drafters still
+speculate.
 """
 
 from __future__ import annotations
@@ -241,11 +242,16 @@ def check_same_tokenizer(target: PreTrainedTokenizerBase, draft: PreTrainedToken
 
 
 def default_draft(target: str | None) -> str | None:
-    """The draft used when none is named: the bundled one for the bundled target or a folder, none for a
-    catalog model (the bundled draft speaks another tokenizer)."""
+    """The draft used when none is named: the bundled one for the bundled target or a folder; for a catalog
+    model the draft distilled for it when one ships (engine/bundled/<bundled_draft>), else none (the bundled
+    pair's draft speaks another tokenizer)."""
     from engine.catalog import CATALOG
 
-    return NO_DRAFT if target in CATALOG else None
+    if target not in CATALOG:
+        return None
+    folder = BUNDLED_DIR / CATALOG[target].bundled_draft
+    shipped = CATALOG[target].bundled_draft and (folder / "config.json").is_file()
+    return str(folder) if shipped else NO_DRAFT
 
 
 def load_pair(

@@ -133,7 +133,7 @@ def _save_checkpoint(
     tmp.replace(path)  # atomic: a kill mid-save leaves the previous checkpoint intact
 
 
-def _train_loop(
+def train_loop(
     stage: str,
     model: torch.nn.Module,
     total_steps: int,
@@ -286,7 +286,7 @@ def run_training(
         logits = target(batch[:, :-1]).logits
         return F.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
 
-    target_log = _train_loop(
+    target_log = train_loop(
         "target",
         target,
         preset.target_steps,
@@ -316,7 +316,7 @@ def run_training(
             logits, teacher["values"][rows_now], teacher["indices"][rows_now], batch[:, 1:], preset.kl_weight
         )
 
-    draft_log = _train_loop(
+    draft_log = train_loop(
         "draft",
         draft,
         draft_steps,

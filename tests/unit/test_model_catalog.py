@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import zipfile
@@ -59,9 +60,20 @@ def test_a_pulled_name_resolves_to_its_cache_folder(cache: Path) -> None:
     assert catalog.gguf_path(NAME) == folder / ENTRY.gguf_file
 
 
-def test_catalog_targets_default_to_no_draft_and_others_to_the_bundled_one() -> None:
+def test_catalog_targets_default_to_their_shipped_draft_else_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engine import models
+
+    monkeypatch.setattr(models, "BUNDLED_DIR", tmp_path)
+    monkeypatch.setitem(CATALOG, NAME, dataclasses.replace(ENTRY, bundled_draft="distilled"))
+    assert default_draft(NAME) == NO_DRAFT  # named, but not shipped
+    (tmp_path / "distilled").mkdir()
+    (tmp_path / "distilled" / "config.json").write_text("{}")
+    assert default_draft(NAME) == str(tmp_path / "distilled")
+    monkeypatch.setitem(CATALOG, NAME, dataclasses.replace(ENTRY, bundled_draft=""))
     assert default_draft(NAME) == NO_DRAFT
-    assert default_draft(None) is None
+    assert default_draft(None) is None  # the bundled pair's own draft
     assert default_draft("/some/folder") is None
 
 
