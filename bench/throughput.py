@@ -65,7 +65,7 @@ class ThroughputConfig:
     threads: int | None = None
     repeats: int = 1
     methods: tuple[str, ...] = ALL_METHODS  # llama-server rows run only where a GGUF and the binary exist
-    draft_policy: str = "syntax"  # "syntax" (what the server uses), "adaptive" (engine default) or an int
+    draft_policy: str = "learned"  # "learned" (the engine's own) or a fixed length
     stop_at_eos: bool = True
     out: Path = Path("bench/results")
     tag: str = "cpu"
@@ -85,16 +85,13 @@ class Run:
         return self.new_tokens / self.wall_s if self.wall_s > 0 else float("nan")
 
 
-def policy_fields(name: str, prompt: BenchPrompt) -> dict[str, Any]:
-    """The request fields that choose a draft-length policy: "syntax" is the server's (the prompt's syntax
-    classifier; the engine keeps what it learns across prompts, as across keystrokes), "adaptive" the
-    engine's default, a number a fixed length."""
+def policy_fields(name: str) -> dict[str, Any]:
+    """The request fields that choose a draft-length policy: "learned" is the engine's own (it keeps what it
+    learns across prompts, as across keystrokes), a number a fixed length."""
     from engine.drafters.length import FixedDraftPolicy
 
-    if name == "adaptive":
+    if name == "learned":
         return {}
-    if name == "syntax":
-        return {"syntax_context": prompt.context.syntax_context}
     policy: DraftLengthPolicy = FixedDraftPolicy(int(name))
     return {"draft_policy": policy}
 
@@ -168,7 +165,7 @@ class MethodRunner:
             drafter=drafter,
             lookup_context=ctx.lookup_snippets,
             suffix=ctx.suffix,
-            **policy_fields(self.config.draft_policy, prompt),
+            **policy_fields(self.config.draft_policy),
         )
         result = self.engine.complete(request)
         return list(result.token_ids), dict(result.stats)
