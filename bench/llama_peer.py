@@ -47,6 +47,17 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    """Ask a llama-server to exit; kill it if it has not within 10 s."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
 @dataclass
 class LlamaPeer:
     method: str
@@ -75,13 +86,7 @@ class LlamaPeer:
         return [int(token) for token in payload.get("tokens", [])], dict(payload.get("timings", {}))
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        stop_process(self.process)
 
 
 def start_peer(binary: Path, gguf: Path, method: str, threads: int, ctx_size: int, log: Path) -> LlamaPeer:
