@@ -289,7 +289,7 @@ def run_decode_speed(config: DecodeSpeedConfig, progress: bool = True) -> dict[s
     from engine.llama_cpp_decoder import find_gguf, llama_cpp_available
     from engine.models import end_of_text_ids
     from engine.precision import NEAR_TIE_MARGIN, greedy_divergence
-    from lsp_server.context import SyntaxAcceptance, shared_learning
+    from engine.drafters.length import SyntaxAcceptance, SyntaxDraftPolicy
 
     torch.set_num_threads(config.threads)
     folder = Path(config.target).expanduser()
@@ -328,14 +328,14 @@ def run_decode_speed(config: DecodeSpeedConfig, progress: bool = True) -> dict[s
     learned = {name: SyntaxAcceptance() for name in engines.decoders}
     jobs = [(engine, method) for engine in engines.decoders for method in METHODS]
     for engine, method in jobs:  # warm-up
-        policy = shared_learning(bench_prompts[0].context.draft_policy, SyntaxAcceptance())
+        policy = SyntaxDraftPolicy(bench_prompts[0].context.syntax_context, SyntaxAcceptance())
         warm = prompts[0][1][-64:]
         generate(engines.decoders[engine], method, warm, settings, decode, step_costs[engine], policy)
     runs: list[Run] = []
     for index, (prompt_name, ids) in enumerate(prompts):
         shift = index % len(jobs)
         for engine, method in jobs[shift:] + jobs[:shift]:
-            policy = shared_learning(bench_prompts[index].context.draft_policy, learned[engine])
+            policy = SyntaxDraftPolicy(bench_prompts[index].context.syntax_context, learned[engine])
             result, margins = generate(
                 engines.decoders[engine], method, ids, settings, decode, step_costs[engine], policy
             )
