@@ -285,11 +285,11 @@ def run_decode_speed(config: DecodeSpeedConfig, progress: bool = True) -> dict[s
     from transformers import AutoTokenizer
 
     from engine.api import BackendInfo
+    from engine.drafters.length import SyntaxAcceptance, SyntaxDraftPolicy
     from engine.generation import DecodeSettings
     from engine.llama_cpp_decoder import find_gguf, llama_cpp_available
     from engine.models import end_of_text_ids
     from engine.precision import NEAR_TIE_MARGIN, greedy_divergence
-    from engine.drafters.length import SyntaxAcceptance, SyntaxDraftPolicy
 
     torch.set_num_threads(config.threads)
     folder = Path(config.target).expanduser()
