@@ -84,6 +84,14 @@ class Run:
     def tokens_per_s(self) -> float:
         return self.new_tokens / self.wall_s if self.wall_s > 0 else float("nan")
 
+    def phase_seconds(self) -> tuple[float, float] | None:
+        """(prefill, decode) seconds where the method reports them: the engine's stats, llama-server's timings."""
+        if "prefill_s" in self.stats and "decode_s" in self.stats:
+            return float(self.stats["prefill_s"]), float(self.stats["decode_s"])
+        if "prompt_ms" in self.stats and "predicted_ms" in self.stats:
+            return float(self.stats["prompt_ms"]) / 1000, float(self.stats["predicted_ms"]) / 1000
+        return None
+
 
 def policy_fields(name: str) -> dict[str, Any]:
     """The request fields that choose a draft-length policy: "learned" is the engine's own (it keeps what it
@@ -303,6 +311,7 @@ def summarize(runs: list[Run], step_costs: dict[str, Any], methods: tuple[str, .
             "outputs_identical_to_autoregressive": not mismatches,
             "mismatches": mismatches,
         }
+        entry.update(_phases(method_runs))
         entry.update(_acceptance(method, method_runs, step_costs))
         summary[method] = entry
     base_ms = summary.get(reference, {}).get("ms_per_token")
@@ -311,6 +320,22 @@ def summarize(runs: list[Run], step_costs: dict[str, Any], methods: tuple[str, .
             base_ms / entry["ms_per_token"] if base_ms and entry["ms_per_token"] else None
         )
     return summary
+
+
+def _phases(runs: list[Run]) -> dict[str, Any]:
+    """Prompt tokens/s and decode ms per generated token, apart: with long prompts the prefill can dominate
+    the wall time, and engines differ there in other ways than in the decode step."""
+    phases = [run.phase_seconds() for run in runs]
+    if not runs or any(phase is None for phase in phases):
+        return {}
+    prefill_s = sum(phase[0] for phase in phases if phase is not None)
+    decode_s = sum(phase[1] for phase in phases if phase is not None)
+    prompt_tokens = sum(int(run.stats.get("prompt_tokens", run.stats.get("prompt_n", 0))) for run in runs)
+    new_tokens = sum(run.new_tokens for run in runs)
+    return {
+        "prefill_tokens_per_s": prompt_tokens / prefill_s if prefill_s > 0 and prompt_tokens else None,
+        "decode_ms_per_token": 1000 * decode_s / new_tokens if new_tokens else None,
+    }
 
 
 def _acceptance(method: str, runs: list[Run], step_costs: dict[str, Any]) -> dict[str, Any]:
@@ -524,6 +549,8 @@ def markdown_report(result: dict[str, Any]) -> str:
                 method,
                 s.get("ms_per_token"),
                 s.get("speedup_time_per_token"),
+                s.get("prefill_tokens_per_s"),
+                s.get("decode_ms_per_token"),
                 s["ratio_to_autoregressive_median"],
                 s["repetition"],
                 s.get("mean_draft_length"),
@@ -538,6 +565,8 @@ def markdown_report(result: dict[str, Any]) -> str:
         "method",
         "ms / generated token",
         "x autoregressive (time per token)",
+        "prefill: prompt tokens / s",
+        "decode: ms / generated token",
         "x autoregressive (median of prompts)",
         "repetition",
         "mean k",
@@ -567,6 +596,13 @@ def markdown_report(result: dict[str, Any]) -> str:
         "(high values mean copying drafters are copying a loop).\n",
         markdown_table(header, rows),
     ]
+    if env["dtype"] != "float32" and any(s.get("mismatches") for s in summary.values()):
+        lines.append(
+            f"\nIn {env['dtype']} a verify over k + 1 positions and a one-token step round differently, so a "
+            "speculative output may part from the plain one where the plain run's top-2 logits nearly tie "
+            "(the README's Precision section; `python -m bench.decode_speed` reports the margin at each "
+            "divergence, `tests/engine/test_precision.py` checks it). In fp32 every output must match.\n"
+        )
     if result.get("skipped"):
         lines.append(
             "\nNot run: " + "; ".join(f"{m} ({why})" for m, why in result["skipped"].items()) + ".\n"
