@@ -127,7 +127,10 @@ class LeanLlamaDecoder:
         cos, signed_sin = self.cos[start:end], self.signed_sin[start:end]
         mask = None
         if count > 1:  # query i sits at position start + i and sees keys 0..start + i
-            mask = self.positions[:end] <= self.positions[start:end, None]
+            # Additive, built once: SDPA would turn a boolean mask into this in every layer.
+            hidden_keys = self.positions[:end] > self.positions[start:end, None]
+            mask = torch.zeros(hidden_keys.shape, device=self.device, dtype=self.dtype)
+            mask.masked_fill_(hidden_keys, float("-inf"))
         heads, kv_heads, head_dim = self.num_heads, self.num_kv_heads, self.head_dim
         rotated_width = (heads + kv_heads) * head_dim  # q and k columns of the fused projection
         norm_shape, eps = (self.hidden_size,), self.eps
