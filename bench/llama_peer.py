@@ -29,7 +29,13 @@ LLAMA_METHODS: dict[str, tuple[str, ...]] = {
     "llama-server": (),
     "llama-server-ngram-simple": ("--spec-type", "ngram-simple"),
     "llama-server-ngram-mod": ("--spec-type", "ngram-mod"),
-}
+    # the engine's draft model exported to GGUF (`--model-draft`), with docs/remote.md's settings
+    "llama-server-draft-simple": (
+        "--spec-type", "draft-simple", "--spec-draft-n-max", "16", "--spec-draft-n-min", "0",
+        "--spec-draft-p-min", "0.5",
+    ),
+}  # fmt: skip
+NEEDS_DRAFT_GGUF = ("llama-server-draft-simple",)
 
 
 def find_llama_server() -> Path | None:
@@ -94,12 +100,23 @@ class LlamaPeer:
         stop_process(self.process)
 
 
-def start_peer(binary: Path, gguf: Path, method: str, threads: int, ctx_size: int, log: Path) -> LlamaPeer:
+def start_peer(
+    binary: Path,
+    gguf: Path,
+    method: str,
+    threads: int,
+    ctx_size: int,
+    log: Path,
+    draft_gguf: Path | None = None,
+) -> LlamaPeer:
+    if method in NEEDS_DRAFT_GGUF and draft_gguf is None:
+        raise ValueError(f"{method} needs a draft model GGUF")
+    draft_flags = ("--model-draft", str(draft_gguf), "--threads-draft", str(threads)) if draft_gguf else ()
     port = free_port()
     command = [
         str(binary), "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port),
         "--ctx-size", str(ctx_size), "--parallel", "1", "--threads", str(threads),
-        "--threads-batch", str(threads), *COMMON_FLAGS, *LLAMA_METHODS[method],
+        "--threads-batch", str(threads), *COMMON_FLAGS, *LLAMA_METHODS[method], *draft_flags,
     ]  # fmt: skip
     with log.open("wb") as handle:
         process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)

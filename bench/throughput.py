@@ -26,7 +26,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.llama_peer import LLAMA_METHODS, LlamaPeer, find_llama_server, start_peer
+from bench.llama_peer import LLAMA_METHODS, NEEDS_DRAFT_GGUF, LlamaPeer, find_llama_server, start_peer
 from bench.metrics import (
     alpha_from_rounds,
     first_difference,
@@ -41,13 +41,14 @@ from bench.prompts import BenchPrompt, build_prompts
 if TYPE_CHECKING:
     from engine.api import DraftLengthPolicy
     from engine.drafters.base import Drafter
+    from engine.models import ModelSource
     from engine.service import LocalEngine
 
 ENGINE_DRAFTERS = ("model", "lookup", "suffix", "hybrid")
 PEER_METHODS = ("hf-greedy", "hf-assisted", "hf-prompt-lookup")
 METHODS = ("autoregressive", *(f"speculative-{name}" for name in ENGINE_DRAFTERS), *PEER_METHODS)
 ALL_METHODS = (*METHODS, *LLAMA_METHODS)
-NEEDS_DRAFT_MODEL = ("speculative-model", "hf-assisted")
+NEEDS_DRAFT_MODEL = ("speculative-model", "hf-assisted", *NEEDS_DRAFT_GGUF)
 VERIFY_WIDTHS = (1, 2, 4, 8, 16)  # draft lengths k at which the k + 1-token verify cost is measured
 HF_PROMPT_LOOKUP_TOKENS = 10  # transformers' documented default suggestion
 
@@ -425,7 +426,9 @@ def run_throughput(config: ThroughputConfig, progress: bool = True) -> dict[str,
     peers: dict[str, LlamaPeer] = {}
     try:
         llama_methods = [m for m in methods if m in LLAMA_METHODS]
-        peers = start_peers(config, llama_methods, min(engine.window, 4096), torch.get_num_threads())
+        peers = start_peers(
+            config, llama_methods, min(engine.window, 4096), torch.get_num_threads(), pair.draft_source
+        )
         runner = MethodRunner(engine, config, peers)
         for method in methods:  # warm-up: first-call allocations and lazy imports stay out of timings
             runner.run(method, prompts[0], max_new_tokens=8)
@@ -477,9 +480,14 @@ def runnable_methods(
 
 
 def start_peers(
-    config: ThroughputConfig, methods: list[str], window: int, threads: int
+    config: ThroughputConfig,
+    methods: list[str],
+    window: int,
+    threads: int,
+    draft_source: ModelSource | None = None,
 ) -> dict[str, LlamaPeer]:
-    """One llama-server per llama method, on the pulled model's GGUF, with the engine's thread count."""
+    """One llama-server per llama method, on the pulled model's GGUF, with the engine's thread count; the
+    draft-model method gets the engine's draft, exported to GGUF (f16) beside the logs."""
     if not methods:
         return {}
     import tempfile
@@ -489,11 +497,17 @@ def start_peers(
     binary = find_llama_server()
     assert binary is not None and config.target is not None  # runnable_methods checked both
     logs = Path(tempfile.mkdtemp(prefix="specls-bench-llama-"))
+    draft_gguf = None
+    if draft_source is not None and any(method in NEEDS_DRAFT_GGUF for method in methods):
+        from engine.gguf_export import export_llama_gguf
+
+        draft_gguf = logs / "draft.gguf"
+        export_llama_gguf(Path(draft_source.location), draft_gguf, name="specls-draft", dtype="f16")
     peers: dict[str, LlamaPeer] = {}
     try:
         for method in methods:
             peers[method] = start_peer(
-                binary, gguf_path(config.target), method, threads, window, logs / f"{method}.log"
+                binary, gguf_path(config.target), method, threads, window, logs / f"{method}.log", draft_gguf
             )
     except RuntimeError:
         for peer in peers.values():

@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--methods",
         help="comma-separated subset of: autoregressive, speculative-model, speculative-lookup, "
         "speculative-suffix, speculative-hybrid, hf-greedy, hf-assisted, hf-prompt-lookup, llama-server, "
-        "llama-server-ngram-simple, llama-server-ngram-mod (default: all that can run)",
+        "llama-server-ngram-simple, llama-server-ngram-mod, llama-server-draft-simple (default: all that can run)",
     )
     throughput.add_argument(
         "--draft-policy",
