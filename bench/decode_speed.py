@@ -8,7 +8,7 @@ in process over the model's GGUF (when llama-cpp-python is installed). For each 
 - what a verify costs: a forward over k + 1 positions, in plain steps (`engine.costs.measure_step_costs`);
 - quantization error on held-out code: cross-entropy, and top-1 agreement with the fp32 model;
 - tokens/s of plain greedy decoding and of speculative greedy decoding with the n-gram lookup drafter (draft
-  lengths from the server's syntax policy, priced by the engine's own verify costs), on
+  lengths from the engine's learned policy, priced by the engine's own verify costs), on
   held-out prompts, stopping at EOS (a natural stop) or `max_new_tokens`; every call starts from an empty
   cache and is timed with its prefill. Methods and engines take turns prompt by prompt;
 - where speculative output leaves plain output, the plain run's top-2 logit margin there
@@ -285,11 +285,11 @@ def run_decode_speed(config: DecodeSpeedConfig, progress: bool = True) -> dict[s
     from transformers import AutoTokenizer
 
     from engine.api import BackendInfo
+    from engine.drafters.length import DraftAcceptance, LearnedDraftPolicy
     from engine.generation import DecodeSettings
     from engine.llama_cpp_decoder import find_gguf, llama_cpp_available
     from engine.models import end_of_text_ids
     from engine.precision import NEAR_TIE_MARGIN, greedy_divergence
-    from lsp_server.context import SyntaxAcceptance, shared_learning
 
     torch.set_num_threads(config.threads)
     folder = Path(config.target).expanduser()
@@ -324,18 +324,18 @@ def run_decode_speed(config: DecodeSpeedConfig, progress: bool = True) -> dict[s
         profiles[name], step_costs[name] = step_profile(decoder, engines.matmuls.get(name), context)
     errors = quantization_error(engines.decoders, held_out_windows(encode, LOSS_WINDOWS, LOSS_WINDOW))
 
-    # The server's draft-length policy, sized by each engine's own verify costs, learning per engine.
-    learned = {name: SyntaxAcceptance() for name in engines.decoders}
+    # The engine's draft-length policy, sized by each engine's own verify costs, learning per engine.
+    learned = {name: DraftAcceptance() for name in engines.decoders}
     jobs = [(engine, method) for engine in engines.decoders for method in METHODS]
     for engine, method in jobs:  # warm-up
-        policy = shared_learning(bench_prompts[0].context.draft_policy, SyntaxAcceptance())
+        policy = LearnedDraftPolicy()
         warm = prompts[0][1][-64:]
         generate(engines.decoders[engine], method, warm, settings, decode, step_costs[engine], policy)
     runs: list[Run] = []
     for index, (prompt_name, ids) in enumerate(prompts):
         shift = index % len(jobs)
         for engine, method in jobs[shift:] + jobs[:shift]:
-            policy = shared_learning(bench_prompts[index].context.draft_policy, learned[engine])
+            policy = LearnedDraftPolicy(acceptance=learned[engine])
             result, margins = generate(
                 engines.decoders[engine], method, ids, settings, decode, step_costs[engine], policy
             )

@@ -1,10 +1,11 @@
-"""`specls bench draft-length`: acceptance per syntax context, and the syntax policy against fixed lengths.
+"""`specls bench draft-length`: the engine's learned draft-length policy against fixed lengths, and
+acceptance per syntax context.
 
 Same held-out prompts and cold-cache rules as the throughput benchmark (`bench.throughput`). Every policy
-is wrapped in a `RecordingPolicy`, which names each round's syntax context with the classifier the policy
-itself uses (the prompt's `lsp_server.context.syntax_context_of`) and keeps the drafted and accepted counts the loop
-reports to `observe`. Policies run interleaved per prompt on one loaded pair; greedy outputs must not
-depend on the policy, and the report says if one did.
+is wrapped in a `RecordingPolicy`, which names each round's syntax context (the prompt's
+`lsp_server.context.syntax_context_of`) and keeps the drafted and accepted counts the loop reports to
+`observe`. Policies run interleaved per prompt on one loaded pair; greedy outputs must not depend on the
+policy, and the report says if one did.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 from bench.metrics import first_difference, markdown_table, median, write_result_files
 from bench.prompts import BenchPrompt, build_prompts
 from bench.throughput import MethodRunner, ThroughputConfig, environment
-from engine.api import DraftContext, DraftLengthPolicy, LearningDraftPolicy, SyntaxClassifier
+from engine.api import DraftContext, DraftLengthPolicy, LearningDraftPolicy
+from lsp_server.context.syntax_context import SyntaxClassifier, identifiers_in, syntax_classifier
 
 if TYPE_CHECKING:
-    from engine.drafters.length import SyntaxAcceptance
+    from engine.drafters.length import DraftAcceptance
 
 FIXED_LENGTHS = (2, 4, 8, 16, 32)
 
@@ -108,38 +110,32 @@ class DraftLengthConfig:
 
 
 def policy_names() -> tuple[str, ...]:
-    return ("syntax", "cost-only", "adaptive", *(f"fixed-{k}" for k in FIXED_LENGTHS))
+    return ("learned", *(f"fixed-{k}" for k in FIXED_LENGTHS))
 
 
 @dataclass
 class PolicyFactory:
-    """Builds each run's policy. The learning policies keep what they learned across prompts, as the server
-    keeps it across keystrokes: "syntax" per syntax context, "cost-only" in one context for all (the same
-    cost-aware sizing without syntax, to show what syntax adds). "adaptive" is the engine's default."""
+    """Builds each run's policy. "learned" is the engine's, keeping what it learned across prompts as the
+    engine keeps it across keystrokes; "fixed-k" drafts k tokens everywhere."""
 
-    syntax: SyntaxAcceptance = field(default_factory=lambda: _new_acceptance())
-    cost_only: SyntaxAcceptance = field(default_factory=lambda: _new_acceptance())
+    learned: DraftAcceptance = field(default_factory=lambda: _new_acceptance())
 
     def make(self, name: str, prompt: BenchPrompt) -> RecordingPolicy:
-        from engine.drafters.length import AdaptiveDraftLength, FixedDraftPolicy, SyntaxDraftPolicy
+        from engine.drafters.length import FixedDraftPolicy, LearnedDraftPolicy
 
-        classify = prompt.context.syntax_context
         inner: DraftLengthPolicy
-        if name == "syntax":
-            inner = SyntaxDraftPolicy(classify=classify, acceptance=self.syntax)
-        elif name == "cost-only":
-            inner = SyntaxDraftPolicy(acceptance=self.cost_only)  # one context for all: cost alone
-        elif name == "adaptive":
-            inner = AdaptiveDraftLength()
+        if name == "learned":
+            inner = LearnedDraftPolicy(acceptance=self.learned)
         else:
             inner = FixedDraftPolicy(int(name.split("-")[1]))
-        return RecordingPolicy(inner, classify)
+        ctx = prompt.context
+        return RecordingPolicy(inner, syntax_classifier(identifiers_in(ctx.prefix + ctx.suffix)))
 
 
-def _new_acceptance() -> SyntaxAcceptance:
-    from engine.drafters.length import SyntaxAcceptance
+def _new_acceptance() -> DraftAcceptance:
+    from engine.drafters.length import DraftAcceptance
 
-    return SyntaxAcceptance()
+    return DraftAcceptance()
 
 
 def run_draft_length(config: DraftLengthConfig, progress: bool = True) -> dict[str, Any]:
@@ -214,7 +210,7 @@ def run_draft_length(config: DraftLengthConfig, progress: bool = True) -> dict[s
         "policies": summarize_policies(runs, names),
         "acceptance_by_context": {
             name: acceptance_by_context([r for run in runs if run["policy"] == name for r in run["rounds"]])
-            for name in ("syntax", "fixed-16")
+            for name in ("learned", "fixed-16")
         },
         "runs": [{k: v for k, v in run.items() if k not in ("token_ids", "rounds")} for run in runs],
     }
@@ -222,7 +218,7 @@ def run_draft_length(config: DraftLengthConfig, progress: bool = True) -> dict[s
 
 
 def summarize_policies(runs: list[dict[str, Any]], names: tuple[str, ...]) -> dict[str, Any]:
-    """Per policy: tokens/s, target forwards, acceptance; the syntax policy against the best fixed length."""
+    """Per policy: tokens/s, target forwards, acceptance; the learned policy against the best fixed length."""
     by_prompt: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for run in runs:
         by_prompt[run["prompt"]][run["policy"]].append(run)
@@ -233,7 +229,7 @@ def summarize_policies(runs: list[dict[str, Any]], names: tuple[str, ...]) -> di
         mismatches = [
             prompt
             for prompt, per in by_prompt.items()
-            if first_difference(per["syntax"][0]["token_ids"], per[name][0]["token_ids"]) is not None
+            if first_difference(per["learned"][0]["token_ids"], per[name][0]["token_ids"]) is not None
         ]
         tokens = sum(run["new_tokens"] for run in mine)
         summary[name] = {
@@ -244,12 +240,12 @@ def summarize_policies(runs: list[dict[str, Any]], names: tuple[str, ...]) -> di
             / max(1, sum(r["target_forwards"] for r in mine)),
             "draft_acceptance": sum(run["accepted"] for run in mine) / drafted if drafted else None,
             "drafted_per_token": drafted / max(1, sum(r["new_tokens"] for r in mine)),
-            "output_differs_from_syntax_on": mismatches,
+            "output_differs_from_learned_on": mismatches,
             # Same drafted and accepted counts on every prompt: the policies chose the same drafts, so any
             # speed difference between them is timing noise.
-            "same_drafts_as_syntax": all(
+            "same_drafts_as_learned": all(
                 (per[name][0]["drafted"], per[name][0]["accepted"])
-                == (per["syntax"][0]["drafted"], per["syntax"][0]["accepted"])
+                == (per["learned"][0]["drafted"], per["learned"][0]["accepted"])
                 for per in by_prompt.values()
             ),
         }
@@ -257,17 +253,15 @@ def summarize_policies(runs: list[dict[str, Any]], names: tuple[str, ...]) -> di
     for measure in ("tokens_per_s_overall", "tokens_per_modeled_step"):
         best = max(fixed, key=lambda name: summary[name][measure])
         verdict: dict[str, Any] = {"best_fixed": best}
-        for name in ("syntax", "cost-only", "adaptive"):
-            if name in summary:
-                verdict[name] = summary[name][measure] / summary[best][measure]
+        verdict["learned"] = summary["learned"][measure] / summary[best][measure]
         summary[f"vs_best_fixed_{measure}"] = verdict
     best = summary["vs_best_fixed_tokens_per_s_overall"]["best_fixed"]
     ratios = [
-        statistics.mean(r["tokens_per_s"] for r in per["syntax"])
+        statistics.mean(r["tokens_per_s"] for r in per["learned"])
         / statistics.mean(r["tokens_per_s"] for r in per[best])
         for per in by_prompt.values()
     ]
-    summary["vs_best_fixed_tokens_per_s_overall"]["syntax_median_over_prompts"] = median(ratios)
+    summary["vs_best_fixed_tokens_per_s_overall"]["learned_median_over_prompts"] = median(ratios)
     return summary
 
 
@@ -303,17 +297,16 @@ def markdown_report(result: dict[str, Any]) -> str:
             s["draft_acceptance"],
             s["drafted_per_token"],
             "yes"
-            if not s["output_differs_from_syntax_on"]
-            else f"NO ({len(s['output_differs_from_syntax_on'])})",
-            "yes" if s["same_drafts_as_syntax"] else "no",
+            if not s["output_differs_from_learned_on"]
+            else f"NO ({len(s['output_differs_from_learned_on'])})",
+            "yes" if s["same_drafts_as_learned"] else "no",
         ]
         for name, s in policies.items()
         if not name.startswith("vs_best_fixed")
     ]
 
     def verdict_line(label: str, verdict: dict[str, Any]) -> str:
-        ratios = ", ".join(f"{name} {verdict[name]:.3f}x" for name in ("syntax", "cost-only", "adaptive"))
-        return f"- {label}, against the best fixed length (`{verdict['best_fixed']}`): {ratios}\n"
+        return f"- {label}, learned against the best fixed length (`{verdict['best_fixed']}`): {verdict['learned']:.3f}x\n"
 
     parts = [
         f"# Draft length ({config['tag']})\n\n",
@@ -321,7 +314,7 @@ def markdown_report(result: dict[str, Any]) -> str:
         f"{env['torch_threads']} torch threads; drafter `{config['drafter']}`, {len(result['prompts'])} held-out "
         f"prompts x {config['repeats']} repeats, {config['max_new_tokens']} new tokens"
         f"{'' if config['stop_at_eos'] else ' (EOS ignored)'}. Every output is checked against the "
-        f"syntax policy's (greedy: all must match).\n\n",
+        f"learned policy's (greedy fp32: all must match; bf16 may differ at near-ties).\n\n",
         _costs_line(result["step_costs"]),
         markdown_table(
             [
@@ -333,13 +326,13 @@ def markdown_report(result: dict[str, Any]) -> str:
                 "draft acceptance",
                 "drafted per token",
                 "same output",
-                "same drafts as syntax",
+                "same drafts as learned",
             ],
             rows,
         ),
         "\n",
         verdict_line("Measured tokens/s over all runs", measured),
-        f"  (syntax per prompt, median: {measured['syntax_median_over_prompts']:.3f}x)\n",
+        f"  (learned per prompt, median: {measured['learned_median_over_prompts']:.3f}x)\n",
         verdict_line(
             "Tokens per modeled step (the rounds priced with the measured costs, no timing noise)", modeled
         ),

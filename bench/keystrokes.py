@@ -293,6 +293,7 @@ def summarize(keys: list[Keystroke], before: dict[str, Any], after: dict[str, An
             "respelled_tokens": delta("forced_tokens"),  # token healing: typed text generated again
             "target_forwards": delta("target_forwards"),
             "cancel_to_idle_ms": pcts(cancel_idle) | {"max": max(cancel_idle) if cancel_idle else None},
+            "peak_rss_mb": after.get("peak_rss_mb"),
         },
     }
 
@@ -383,6 +384,10 @@ def _ms(value: float | None, never: bool = False) -> str:
     return f"{value:.1f} ms"
 
 
+def _mb(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} MB"
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
@@ -417,6 +422,7 @@ def markdown_report(result: dict[str, Any]) -> str:
         f"| typed-ahead hit rate (requests served from a running or finished generation) | "
         f"{_pct(server['typed_ahead_hit_rate'])} | |",
         f"| KV prefix reuse (prompt tokens not recomputed) | {_pct(server['kv_prefix_reuse'])} | |",
+        f"| `specls serve` peak resident memory (RSS) | {_mb(server.get('peak_rss_mb'))} | |",
         f"| generations / cancelled | {server['generations']} / {server['cancelled_generations']} | |",
         f"| generated tokens / re-spelling the typed word (token healing) / wasted (never shown, estimate) | "
         f"{server['generated_tokens']} / {server.get('respelled_tokens', 0)} / "

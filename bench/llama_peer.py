@@ -19,12 +19,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# Flags every peer server gets. Flash attention off: on this 2-core AVX-512 CPU its default (`auto`, which
+# turns it on) doubled the decode step at a 1,000-token context (48 vs 23 ms per token, one thread), so the
+# peer runs in its faster configuration.
+COMMON_FLAGS: tuple[str, ...] = ("--flash-attn", "off")
+
 # method name -> extra llama-server flags
 LLAMA_METHODS: dict[str, tuple[str, ...]] = {
     "llama-server": (),
     "llama-server-ngram-simple": ("--spec-type", "ngram-simple"),
     "llama-server-ngram-mod": ("--spec-type", "ngram-mod"),
-}
+    # the engine's draft model exported to GGUF (`--model-draft`), with docs/remote.md's settings
+    "llama-server-draft-simple": (
+        "--spec-type", "draft-simple", "--spec-draft-n-max", "16", "--spec-draft-n-min", "0",
+        "--spec-draft-p-min", "0.5",
+    ),
+}  # fmt: skip
+NEEDS_DRAFT_GGUF = ("llama-server-draft-simple",)
 
 
 def find_llama_server() -> Path | None:
@@ -45,6 +56,17 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    """Ask a llama-server to exit; kill it if it has not within 10 s."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
 
 
 @dataclass
@@ -75,21 +97,26 @@ class LlamaPeer:
         return [int(token) for token in payload.get("tokens", [])], dict(payload.get("timings", {}))
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        stop_process(self.process)
 
 
-def start_peer(binary: Path, gguf: Path, method: str, threads: int, ctx_size: int, log: Path) -> LlamaPeer:
+def start_peer(
+    binary: Path,
+    gguf: Path,
+    method: str,
+    threads: int,
+    ctx_size: int,
+    log: Path,
+    draft_gguf: Path | None = None,
+) -> LlamaPeer:
+    if method in NEEDS_DRAFT_GGUF and draft_gguf is None:
+        raise ValueError(f"{method} needs a draft model GGUF")
+    draft_flags = ("--model-draft", str(draft_gguf), "--threads-draft", str(threads)) if draft_gguf else ()
     port = free_port()
     command = [
         str(binary), "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port),
         "--ctx-size", str(ctx_size), "--parallel", "1", "--threads", str(threads),
-        "--threads-batch", str(threads), *LLAMA_METHODS[method],
+        "--threads-batch", str(threads), *COMMON_FLAGS, *LLAMA_METHODS[method], *draft_flags,
     ]  # fmt: skip
     with log.open("wb") as handle:
         process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)

@@ -26,7 +26,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.llama_peer import LLAMA_METHODS, LlamaPeer, find_llama_server, start_peer
+from bench.llama_peer import LLAMA_METHODS, NEEDS_DRAFT_GGUF, LlamaPeer, find_llama_server, start_peer
 from bench.metrics import (
     alpha_from_rounds,
     first_difference,
@@ -41,13 +41,14 @@ from bench.prompts import BenchPrompt, build_prompts
 if TYPE_CHECKING:
     from engine.api import DraftLengthPolicy
     from engine.drafters.base import Drafter
+    from engine.models import ModelSource
     from engine.service import LocalEngine
 
 ENGINE_DRAFTERS = ("model", "lookup", "suffix", "hybrid")
 PEER_METHODS = ("hf-greedy", "hf-assisted", "hf-prompt-lookup")
 METHODS = ("autoregressive", *(f"speculative-{name}" for name in ENGINE_DRAFTERS), *PEER_METHODS)
 ALL_METHODS = (*METHODS, *LLAMA_METHODS)
-NEEDS_DRAFT_MODEL = ("speculative-model", "hf-assisted")
+NEEDS_DRAFT_MODEL = ("speculative-model", "hf-assisted", *NEEDS_DRAFT_GGUF)
 VERIFY_WIDTHS = (1, 2, 4, 8, 16)  # draft lengths k at which the k + 1-token verify cost is measured
 HF_PROMPT_LOOKUP_TOKENS = 10  # transformers' documented default suggestion
 
@@ -65,7 +66,7 @@ class ThroughputConfig:
     threads: int | None = None
     repeats: int = 1
     methods: tuple[str, ...] = ALL_METHODS  # llama-server rows run only where a GGUF and the binary exist
-    draft_policy: str = "syntax"  # "syntax" (what the server uses), "adaptive" (engine default) or an int
+    draft_policy: str = "learned"  # "learned" (the engine's own) or a fixed length
     stop_at_eos: bool = True
     out: Path = Path("bench/results")
     tag: str = "cpu"
@@ -84,17 +85,22 @@ class Run:
     def tokens_per_s(self) -> float:
         return self.new_tokens / self.wall_s if self.wall_s > 0 else float("nan")
 
+    def phase_seconds(self) -> tuple[float, float] | None:
+        """(prefill, decode) seconds where the method reports them: the engine's stats, llama-server's timings."""
+        if "prefill_s" in self.stats and "decode_s" in self.stats:
+            return float(self.stats["prefill_s"]), float(self.stats["decode_s"])
+        if "prompt_ms" in self.stats and "predicted_ms" in self.stats:
+            return float(self.stats["prompt_ms"]) / 1000, float(self.stats["predicted_ms"]) / 1000
+        return None
 
-def policy_fields(name: str, prompt: BenchPrompt) -> dict[str, Any]:
-    """The request fields that choose a draft-length policy: "syntax" is the server's (the prompt's syntax
-    classifier; the engine keeps what it learns across prompts, as across keystrokes), "adaptive" the
-    engine's default, a number a fixed length."""
+
+def policy_fields(name: str) -> dict[str, Any]:
+    """The request fields that choose a draft-length policy: "learned" is the engine's own (it keeps what it
+    learns across prompts, as across keystrokes), a number a fixed length."""
     from engine.drafters.length import FixedDraftPolicy
 
-    if name == "adaptive":
+    if name == "learned":
         return {}
-    if name == "syntax":
-        return {"syntax_context": prompt.context.syntax_context}
     policy: DraftLengthPolicy = FixedDraftPolicy(int(name))
     return {"draft_policy": policy}
 
@@ -168,7 +174,7 @@ class MethodRunner:
             drafter=drafter,
             lookup_context=ctx.lookup_snippets,
             suffix=ctx.suffix,
-            **policy_fields(self.config.draft_policy, prompt),
+            **policy_fields(self.config.draft_policy),
         )
         result = self.engine.complete(request)
         return list(result.token_ids), dict(result.stats)
@@ -306,6 +312,7 @@ def summarize(runs: list[Run], step_costs: dict[str, Any], methods: tuple[str, .
             "outputs_identical_to_autoregressive": not mismatches,
             "mismatches": mismatches,
         }
+        entry.update(_phases(method_runs))
         entry.update(_acceptance(method, method_runs, step_costs))
         summary[method] = entry
     base_ms = summary.get(reference, {}).get("ms_per_token")
@@ -314,6 +321,22 @@ def summarize(runs: list[Run], step_costs: dict[str, Any], methods: tuple[str, .
             base_ms / entry["ms_per_token"] if base_ms and entry["ms_per_token"] else None
         )
     return summary
+
+
+def _phases(runs: list[Run]) -> dict[str, Any]:
+    """Prompt tokens/s and decode ms per generated token, apart: with long prompts the prefill can dominate
+    the wall time, and engines differ there in other ways than in the decode step."""
+    phases = [run.phase_seconds() for run in runs]
+    if not runs or any(phase is None for phase in phases):
+        return {}
+    prefill_s = sum(phase[0] for phase in phases if phase is not None)
+    decode_s = sum(phase[1] for phase in phases if phase is not None)
+    prompt_tokens = sum(int(run.stats.get("prompt_tokens", run.stats.get("prompt_n", 0))) for run in runs)
+    new_tokens = sum(run.new_tokens for run in runs)
+    return {
+        "prefill_tokens_per_s": prompt_tokens / prefill_s if prefill_s > 0 and prompt_tokens else None,
+        "decode_ms_per_token": 1000 * decode_s / new_tokens if new_tokens else None,
+    }
 
 
 def _acceptance(method: str, runs: list[Run], step_costs: dict[str, Any]) -> dict[str, Any]:
@@ -403,7 +426,9 @@ def run_throughput(config: ThroughputConfig, progress: bool = True) -> dict[str,
     peers: dict[str, LlamaPeer] = {}
     try:
         llama_methods = [m for m in methods if m in LLAMA_METHODS]
-        peers = start_peers(config, llama_methods, min(engine.window, 4096), torch.get_num_threads())
+        peers = start_peers(
+            config, llama_methods, min(engine.window, 4096), torch.get_num_threads(), pair.draft_source
+        )
         runner = MethodRunner(engine, config, peers)
         for method in methods:  # warm-up: first-call allocations and lazy imports stay out of timings
             runner.run(method, prompts[0], max_new_tokens=8)
@@ -455,9 +480,14 @@ def runnable_methods(
 
 
 def start_peers(
-    config: ThroughputConfig, methods: list[str], window: int, threads: int
+    config: ThroughputConfig,
+    methods: list[str],
+    window: int,
+    threads: int,
+    draft_source: ModelSource | None = None,
 ) -> dict[str, LlamaPeer]:
-    """One llama-server per llama method, on the pulled model's GGUF, with the engine's thread count."""
+    """One llama-server per llama method, on the pulled model's GGUF, with the engine's thread count; the
+    draft-model method gets the engine's draft, exported to GGUF (f16) beside the logs."""
     if not methods:
         return {}
     import tempfile
@@ -467,11 +497,17 @@ def start_peers(
     binary = find_llama_server()
     assert binary is not None and config.target is not None  # runnable_methods checked both
     logs = Path(tempfile.mkdtemp(prefix="specls-bench-llama-"))
+    draft_gguf = None
+    if draft_source is not None and any(method in NEEDS_DRAFT_GGUF for method in methods):
+        from engine.gguf_export import export_llama_gguf
+
+        draft_gguf = logs / "draft.gguf"
+        export_llama_gguf(Path(draft_source.location), draft_gguf, name="specls-draft", dtype="f16")
     peers: dict[str, LlamaPeer] = {}
     try:
         for method in methods:
             peers[method] = start_peer(
-                binary, gguf_path(config.target), method, threads, window, logs / f"{method}.log"
+                binary, gguf_path(config.target), method, threads, window, logs / f"{method}.log", draft_gguf
             )
     except RuntimeError:
         for peer in peers.values():
@@ -527,6 +563,8 @@ def markdown_report(result: dict[str, Any]) -> str:
                 method,
                 s.get("ms_per_token"),
                 s.get("speedup_time_per_token"),
+                s.get("prefill_tokens_per_s"),
+                s.get("decode_ms_per_token"),
                 s["ratio_to_autoregressive_median"],
                 s["repetition"],
                 s.get("mean_draft_length"),
@@ -541,6 +579,8 @@ def markdown_report(result: dict[str, Any]) -> str:
         "method",
         "ms / generated token",
         "x autoregressive (time per token)",
+        "prefill: prompt tokens / s",
+        "decode: ms / generated token",
         "x autoregressive (median of prompts)",
         "repetition",
         "mean k",
@@ -570,6 +610,13 @@ def markdown_report(result: dict[str, Any]) -> str:
         "(high values mean copying drafters are copying a loop).\n",
         markdown_table(header, rows),
     ]
+    if env["dtype"] != "float32" and any(s.get("mismatches") for s in summary.values()):
+        lines.append(
+            f"\nIn {env['dtype']} a verify over k + 1 positions and a one-token step round differently, so a "
+            "speculative output may part from the plain one where the plain run's top-2 logits nearly tie "
+            "(the README's Precision section; `python -m bench.decode_speed` reports the margin at each "
+            "divergence, `tests/engine/test_precision.py` checks it). In fp32 every output must match.\n"
+        )
     if result.get("skipped"):
         lines.append(
             "\nNot run: " + "; ".join(f"{m} ({why})" for m, why in result["skipped"].items()) + ".\n"

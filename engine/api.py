@@ -75,11 +75,6 @@ class DraftContext:
     match_len: int = 0  # tokens a copying drafter's match is anchored on (0 for a draft model)
 
 
-# Names the syntax context of the next token from the text before it ("indentation", "closing", ...). The
-# one piece of draft-length control that knows code; the server supplies it, the engine learns per name.
-SyntaxClassifier = Callable[[str], str]
-
-
 class DraftLengthPolicy(Protocol):
     def max_draft_tokens(self, ctx: DraftContext) -> int: ...
 
@@ -105,7 +100,6 @@ class CompletionRequest:
     previous_completion: str = ""  # an earlier suggestion whose remainder may be re-verified in one pass
     drafter: str = "hybrid"  # "model" | "lookup" | "suffix" | "stale" | "hybrid" | "none"
     stop_check: StopCheck | None = None
-    syntax_context: SyntaxClassifier | None = None  # sizes drafts by syntax, learning per loaded model
     draft_policy: DraftLengthPolicy | None = None  # overrides the engine's own (benchmarks, tests)
     # Token healing: text the completion must begin with, already typed and left out of the prompt's end
     # (the word fragment before the cursor). It is generated under a constraint and left out of the result.

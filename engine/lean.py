@@ -81,16 +81,19 @@ class LeanLlamaDecoder:
             # The vocabulary projection is the largest matmul of a small model: quantized like the rest
             # (the embedding lookup keeps the full-precision table).
             self.lm_head = make_linear(output.weight, None, self.quantization)
-            # HF's rotary module already applies rope_theta and any scaling type; tabulate it once.
-            positions = torch.arange(self.max_length, device=self.device)[None]
-            cos, sin = inner.rotary_emb(weight[:1][None], positions)
-            self.cos, self.sin = cos[0].to(self.dtype), sin[0].to(self.dtype)  # [max_length, head_dim]
+            # HF's rotary module already applies rope_theta and any scaling type; tabulate it once, shaped
+            # [max_length, 1, head_dim] to broadcast over heads. rotate_half(x) * sin equals
+            # swap_halves(x) * signed_sin with the first half of sin negated, bit for bit (negation is exact).
+            positions = torch.arange(self.max_length, device=self.device)
+            cos, sin = inner.rotary_emb(weight[:1][None], positions[None])
+            half = self.head_dim // 2
+            self.cos = cos[0, :, None].to(self.dtype)
+            self.signed_sin = torch.cat((-sin[0, :, :half], sin[0, :, half:]), dim=-1)[:, None].to(self.dtype)
+            self.positions = positions
             shape = (len(self.layers), self.num_kv_heads, self.max_length, self.head_dim)
             self.keys = torch.zeros(shape, device=self.device, dtype=self.dtype)
             self.values = torch.zeros(shape, device=self.device, dtype=self.dtype)
         self._tokens: list[int] = []
-        kv_width = self.num_kv_heads * self.head_dim
-        self._split = [self.num_heads * self.head_dim, kv_width, kv_width]
 
     @property
     def cached_tokens(self) -> list[int]:
@@ -121,37 +124,41 @@ class LeanLlamaDecoder:
             )
         ids = torch.tensor(token_ids, device=self.device)
         hidden = F.embedding(ids, self.embed)  # [count, hidden]
-        cos, sin = self.cos[start:end], self.sin[start:end]
+        cos, signed_sin = self.cos[start:end], self.signed_sin[start:end]
         mask = None
         if count > 1:  # query i sits at position start + i and sees keys 0..start + i
-            key_pos = torch.arange(end, device=self.device)
-            mask = key_pos[None, :] <= torch.arange(start, end, device=self.device)[:, None]
-        norm_shape = (self.hidden_size,)
-        for index, layer in enumerate(self.layers):
-            normed = F.rms_norm(hidden, norm_shape, layer.input_norm, self.eps)
-            q, k, v = layer.qkv(normed).split(self._split, dim=-1)
-            q = _rope(q.view(count, self.num_heads, self.head_dim).transpose(0, 1), cos, sin)
-            k = _rope(k.view(count, self.num_kv_heads, self.head_dim).transpose(0, 1), cos, sin)
-            keys, values = self.keys[index], self.values[index]
-            keys[:, start:end] = k
-            values[:, start:end] = v.view(count, self.num_kv_heads, self.head_dim).transpose(0, 1)
+            # Additive, built once: SDPA would turn a boolean mask into this in every layer.
+            hidden_keys = self.positions[:end] > self.positions[start:end, None]
+            mask = torch.zeros(hidden_keys.shape, device=self.device, dtype=self.dtype)
+            mask.masked_fill_(hidden_keys, float("-inf"))
+        heads, kv_heads, head_dim = self.num_heads, self.num_kv_heads, self.head_dim
+        rotated_width = (heads + kv_heads) * head_dim  # q and k columns of the fused projection
+        norm_shape, eps = (self.hidden_size,), self.eps
+        for keys, values, layer in zip(self.keys, self.values, self.layers, strict=True):
+            qkv = layer.qkv(F.rms_norm(hidden, norm_shape, layer.input_norm, eps))
+            # q and k heads take their rotary embedding together: one rope over [count, heads + kv_heads].
+            qk = _rope(qkv[:, :rotated_width].view(count, heads + kv_heads, head_dim), cos, signed_sin)
+            keys[:, start:end] = qk[:, heads:].transpose(0, 1)
+            values[:, start:end] = qkv[:, rotated_width:].view(count, kv_heads, head_dim).transpose(0, 1)
             attended = F.scaled_dot_product_attention(
-                q[None], keys[None, :, :end], values[None, :, :end], attn_mask=mask, enable_gqa=True
+                qk[:, :heads].transpose(0, 1)[None],
+                keys[None, :, :end],
+                values[None, :, :end],
+                attn_mask=mask,
+                enable_gqa=True,
             )
-            merged = attended[0].transpose(0, 1).reshape(count, self.num_heads * self.head_dim)
-            hidden = hidden + layer.o(merged)
-            normed = F.rms_norm(hidden, norm_shape, layer.post_norm, self.eps)
-            gate, up = layer.gate_up(normed).chunk(2, dim=-1)
+            hidden = hidden + layer.o(attended[0].transpose(0, 1).reshape(count, heads * head_dim))
+            gate, up = layer.gate_up(F.rms_norm(hidden, norm_shape, layer.post_norm, eps)).chunk(2, dim=-1)
             hidden = hidden + layer.down(F.silu(gate) * up)
         self._tokens.extend(token_ids)
         if not logits:
             return hidden.new_empty(0)
-        hidden = F.rms_norm(hidden, norm_shape, self.final_norm, self.eps)
+        hidden = F.rms_norm(hidden, norm_shape, self.final_norm, eps)
         return self.lm_head(hidden).float()
 
 
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding in HF's half-split layout: x * cos + rotate_half(x) * sin."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+def _rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding in HF's half-split layout, x * cos + rotate_half(x) * sin, as three ops."""
+    count, heads, head_dim = x.shape
+    swapped = x.view(count, heads, 2, head_dim // 2).flip(2).view(count, heads, head_dim)
+    return torch.addcmul(x * cos, swapped, signed_sin)

@@ -4,7 +4,8 @@ int4 in groups of 32 input features with a scale and a zero point per group.
 Why: one decode step of a small model reads every weight once, so it is bound by memory bandwidth and
 per-call overhead; int8 halves the bytes of bf16, int4 quarters them. Activations stay in the model's dtype.
 On CPU the matmuls run torch's packed kernels (`_weight_int8pack_mm`, `_weight_int4pack_mm_for_cpu`); on
-other devices the weights are dequantized per call, which is correct but saves memory only.
+other devices the weights are dequantized per call, which is correct but saves memory only. Unquantized bf16
+weights on CPU are reordered once for oneDNN (`PrepackedBf16Linear`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,26 @@ class DenseLinear:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight, self.bias)
+
+
+class PrepackedBf16Linear:
+    """bf16 weights reordered once into oneDNN's blocked layout, as torch.compile's CPU freezing does.
+
+    Why: `F.linear` on a bf16 CPU weight runs the same oneDNN kernel but reorders the weight on every call;
+    reordering once makes a decode-step projection about 1.5-2x faster, with the same result.
+    """
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, 1)
+        self.bias = bias
+        self.out_features = weight.shape[0]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        flat = torch.ops.mkldnn._linear_pointwise(
+            x.reshape(-1, x.shape[-1]), self.packed, self.bias, "none", [], ""
+        )
+        y: torch.Tensor = flat.view(*x.shape[:-1], self.out_features)
+        return y
 
 
 class Int8Linear:
@@ -107,7 +128,21 @@ def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, quantization: Q
         return Int8Linear(weight, bias)
     if quantization == "int4":
         return Int4Linear(weight, bias)
+    if prepacked_bf16_fits(weight):
+        return PrepackedBf16Linear(weight, bias)
     return DenseLinear(weight, bias)
+
+
+def prepacked_bf16_fits(weight: torch.Tensor) -> bool:
+    """A bf16 CPU weight on a torch whose oneDNN computes bf16 natively (AVX512-BF16 or AMX)."""
+    if (
+        weight.device.type != "cpu"
+        or weight.dtype != torch.bfloat16
+        or not torch.backends.mkldnn.is_available()
+    ):
+        return False
+    supported = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    return bool(supported is not None and supported())
 
 
 def check_quantization(quantization: str, device: torch.device) -> Quantization:

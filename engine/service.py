@@ -31,7 +31,7 @@ from engine.autoregressive import autoregressive_generate
 from engine.costs import StepCosts, measure_step_costs
 from engine.drafters.base import Drafter
 from engine.drafters.hybrid import HybridDrafter
-from engine.drafters.length import AdaptiveDraftLength, SyntaxAcceptance, SyntaxDraftPolicy
+from engine.drafters.length import DraftAcceptance, LearnedDraftPolicy
 from engine.drafters.lookup import PromptLookupDrafter
 from engine.drafters.model import ModelDrafter
 from engine.drafters.stale import StaleCompletionDrafter
@@ -86,7 +86,7 @@ class LocalEngine:
         self.eos_ids = end_of_text_ids(self.tokenizer, self.pair.target)
         self._lookup: tuple[tuple[str, ...], PromptLookupDrafter] | None = None
         self._hybrid_acceptance: dict[str, float] = {}  # per-drafter trust, learned across calls
-        self.draft_acceptance = SyntaxAcceptance()  # how long drafts hold per syntax context, on this model
+        self.draft_acceptance = DraftAcceptance()  # how long each drafter's drafts hold, on this model
         self._lock = threading.Lock()
         self.token_texts = TokenTexts.from_tokenizer(self.tokenizer)
         self.step_costs = self._measure_step_costs()
@@ -168,18 +168,20 @@ class LocalEngine:
                 decode=self.decode,
                 on_text=on_text,
                 cancel=cancel,
-                step_costs=self.step_costs,
+                # A seeded request prices drafts with the assumed costs: the timing measured at load must
+                # not change which drafts are tried, and so which tokens the seed samples.
+                step_costs=self.step_costs if request.seed is None else None,
                 forced=forced,
             )
 
     def _draft_policy(self, request: CompletionRequest) -> DraftLengthPolicy:
-        """The request's own policy, else the syntax policy learning into this model's acceptance, else a
-        fresh adaptive one (a seeded request then samples the same tokens every time)."""
+        """The request's own policy, else the learned one: learning into this model's acceptance, or from
+        scratch for a seeded request (which then samples the same tokens every time, on any engine)."""
         if request.draft_policy is not None:
             return request.draft_policy
-        if request.syntax_context is not None:
-            return SyntaxDraftPolicy(classify=request.syntax_context, acceptance=self.draft_acceptance)
-        return AdaptiveDraftLength()
+        if request.seed is not None:
+            return LearnedDraftPolicy()
+        return LearnedDraftPolicy(acceptance=self.draft_acceptance)
 
     def close(self) -> None:
         with self._lock:

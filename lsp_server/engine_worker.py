@@ -3,7 +3,7 @@
 It loads the backend, builds each prompt (under the store lock, so it reads a consistent document) and runs
 `backend.complete`, which is CPU-bound and never touches the event loop. It reports back only through
 `loop.call_soon_threadsafe`, and the loop talks to a running generation only through its `CancelToken`,
-which the engine polls every speculative round. What the syntax draft-length policy learned about the
+which the engine polls every speculative round. What the draft-length policy learned about the
 loaded model lives with the model, in the engine (`LocalEngine.draft_acceptance`).
 """
 

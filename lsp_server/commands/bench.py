@@ -1,4 +1,4 @@
-"""`specls bench`: throughput against peers, syntax draft lengths, keystroke latency, suggestions at line starts
+"""`specls bench`: throughput against peers, learned draft lengths, keystroke latency, suggestions at line starts
 (see bench/README.md).
 
 The benchmarks live in the `bench/` folder of a source checkout; run this from the repository root.
@@ -31,9 +31,9 @@ def _positive(text: str) -> int:
 
 
 def _draft_policy(text: str) -> str:
-    if text in ("syntax", "adaptive") or (text.isdigit() and int(text) >= 1):
+    if text == "learned" or (text.isdigit() and int(text) >= 1):
         return text
-    raise argparse.ArgumentTypeError(f"expected syntax, adaptive or a positive integer, got {text!r}")
+    raise argparse.ArgumentTypeError(f"expected learned or a positive integer, got {text!r}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,13 +47,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--methods",
         help="comma-separated subset of: autoregressive, speculative-model, speculative-lookup, "
         "speculative-suffix, speculative-hybrid, hf-greedy, hf-assisted, hf-prompt-lookup, llama-server, "
-        "llama-server-ngram-simple, llama-server-ngram-mod (default: all that can run)",
+        "llama-server-ngram-simple, llama-server-ngram-mod, llama-server-draft-simple (default: all that can run)",
     )
     throughput.add_argument(
         "--draft-policy",
         type=_draft_policy,
-        default="syntax",
-        help="syntax (the server's), adaptive (the engine's default) or a fixed length (default: syntax)",
+        default="learned",
+        help="learned (the engine's own) or a fixed length (default: learned)",
     )
     throughput.add_argument(
         "--ignore-eos",
@@ -77,7 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _model_arguments(throughput)
 
     draft_length = sub.add_parser(
-        "draft-length", help="acceptance per syntax context; syntax vs fixed lengths"
+        "draft-length", help="learned vs fixed draft lengths; acceptance per syntax context"
     )
     draft_length.add_argument("--prompts", type=_positive, default=8, help="held-out prompts (default: 8)")
     draft_length.add_argument(

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from engine.api import BackendInfo, StopCheck, SyntaxClassifier
+from engine.api import BackendInfo, StopCheck
 from lsp_server.context.fim import (
     BLOCK_LINES,
     PREFIX_ONLY,
@@ -20,7 +20,6 @@ from lsp_server.context.languages import language_spec
 from lsp_server.context.snippets import display_path, select_snippets
 from lsp_server.context.stops import SyntaxStopRules, finalize
 from lsp_server.context.syntax import Mode, completion_mode, indent_width, opens_block
-from lsp_server.context.syntax_context import identifiers_in, syntax_classifier
 
 if TYPE_CHECKING:
     from lsp_server.documents import Document, DocumentStore
@@ -47,7 +46,6 @@ class CompletionContext:
     suffix: str  # file text after the cursor (trimmed to the budget)
     mode: Mode
     stop_check: StopCheck
-    syntax_context: SyntaxClassifier  # names the syntax context before each token, for draft lengths
     lookup_snippets: tuple[str, ...]  # other-file snippets, also for the engine's n-gram drafter
     stop_strings: tuple[str, ...]
     template: FimTemplate = field(default=PREFIX_ONLY)
@@ -154,7 +152,6 @@ def build_completion_context(
             "",
             mode,
             rules,
-            syntax_classifier(),
             (),
             template.stop_strings,
             template,
@@ -187,14 +184,12 @@ def build_completion_context(
     fragment = healed_fragment(prefix) if info.token_healing and settings.token_healing else ""
     if fragment:
         prompt = template.format(prefix[: -len(fragment)], suffix, snippets, comment, path)
-    classify = syntax_classifier(identifiers_in(prefix + suffix))
     return CompletionContext(
         prompt=prompt,
         prefix=prefix,
         suffix=suffix,
         mode=mode,
         stop_check=rules,
-        syntax_context=classify,
         lookup_snippets=tuple(snippet.text for snippet in snippets),
         stop_strings=template.stop_strings,
         template=template,

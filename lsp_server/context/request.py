@@ -29,6 +29,5 @@ def engine_request(
         previous_completion=previous_completion,
         drafter=settings.drafter,
         stop_check=ctx.stop_check,
-        syntax_context=ctx.syntax_context,
         forced_prefix=ctx.forced_prefix,
     )

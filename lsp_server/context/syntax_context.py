@@ -1,19 +1,22 @@
-"""Which syntax context the next token is in: the one piece of draft-length control that knows code.
+"""Which syntax context the next token is in ("indentation", "closing", "after-operator", ...).
 
 `syntax_context_of` names the situation before the next token (one of SYNTAX_CONTEXTS); `syntax_classifier`
-binds the identifiers of the file, and the request carries it to the engine, whose draft-length policy
-(`engine.drafters.length.SyntaxDraftPolicy`) learns per context how long drafts hold there. The benchmark
-(`specls bench draft-length`) measures acceptance per context with the same classifier.
+binds the identifiers of the file. `specls bench draft-length` reports how long drafts hold in each context.
+The contexts differ (copied text holds far longer in a repeated line than after an operator), but sizing
+drafts by them lost to the engine's context-free policy (`engine.drafters.length`), so requests do not carry
+the classifier.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-from engine.api import SyntaxClassifier
 from lsp_server.context.syntax import CLOSERS, OPENERS
+
+# Names the syntax context of the next token from the text before it.
+SyntaxClassifier = Callable[[str], str]
 
 SYNTAX_CONTEXTS = (
     "indentation",  # right after a newline: whitespace comes next

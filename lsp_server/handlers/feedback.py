@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from lsp_server.handlers.guard import field, guarded
@@ -48,10 +49,21 @@ def did_reject(ls: SpeclsServer, params: Any) -> None:
     ls.schedule_status()
 
 
+def peak_rss_mb() -> float | None:
+    """The server process's peak resident memory (models, caches, everything), where the OS reports it."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # bytes on macOS, KiB elsewhere
+    return round(peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024, 1)
+
+
 @guarded({})
 def stats_request(ls: SpeclsServer, params: Any) -> dict[str, Any]:
     result = ls.scheduler.stats.as_dict()
     result["state"] = ls.scheduler.state
+    result["peak_rss_mb"] = peak_rss_mb()
     result["settings"] = {
         "backend": ls.settings.backend,
         "firstLineFirst": ls.settings.first_line_first,

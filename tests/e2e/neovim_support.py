@@ -1,16 +1,20 @@
-"""Neovim binaries for the end-to-end tests: Debian's 0.7.2 (`nvim` on PATH) and a 0.12-dev build fetched
-and cached by scripts/install_nvim_0_12.sh (scripts/setup.sh --dev fetches it)."""
+"""Neovim for the end-to-end tests: the binaries (Debian's 0.7.2, `nvim` on PATH, and a 0.12-dev build
+fetched and cached by scripts/install_nvim_0_12.sh, which scripts/setup.sh --dev runs) and `run_driver`,
+which runs one of the Lua drivers in editor_clients/neovim/tests against `specls serve`."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
+PLUGIN = REPO / "editor_clients" / "neovim"
 SYSTEM_NVIM = shutil.which("nvim")
 CHROMIUM = Path("/usr/lib/chromium/chromium")
 
@@ -31,6 +35,54 @@ def nvim_0_12() -> Path:
 def nvim_version(nvim: str | Path) -> str:
     first = subprocess.run([str(nvim), "--version"], capture_output=True, text=True, timeout=30).stdout
     return first.splitlines()[0]
+
+
+def run_driver(
+    nvim: str | Path,
+    driver: Path,
+    tmp_path: Path,
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    settings: dict[str, Any],
+    file_text: str,
+    typed: str,
+    key_delay_ms: int = 30,
+    timeout_s: float = 90,
+) -> dict[str, Any]:
+    """Run `driver` in headless `nvim -u NONE` against this checkout's `specls serve` with `settings`, on a
+    new example.py holding `file_text`, typing `typed`; return the JSON result the driver wrote, after
+    checking that it finished. `env` adds the driver's own inputs to the ones every driver reads."""
+    source = tmp_path / "example.py"
+    source.write_text(file_text, encoding="utf-8")
+    result_path = tmp_path / "result.json"
+    log_file = tmp_path / "server.log"
+    server_cmd = [sys.executable, "-m", "lsp_server.cli", "serve", "--log-file", str(log_file)]
+    proc = subprocess.run(
+        [str(nvim), "--headless", "-u", "NONE", "-i", "NONE", "-n", "-c", f"luafile {driver}"],
+        cwd=cwd,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(REPO),
+            "SPECLS_PLUGIN_DIR": str(PLUGIN),
+            "SPECLS_E2E_CMD": json.dumps(server_cmd),
+            "SPECLS_E2E_SETTINGS": json.dumps(settings),
+            "SPECLS_E2E_FILE": str(source),
+            "SPECLS_E2E_TYPE": typed,
+            "SPECLS_E2E_KEY_DELAY_MS": str(key_delay_ms),
+            "SPECLS_E2E_TIMEOUT_MS": str(int(timeout_s * 1000) - 10_000),
+            "SPECLS_E2E_RESULT": str(result_path),
+            **env,
+        },
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    assert result_path.exists(), f"the driver wrote no result; nvim said:\n{proc.stdout}\n{proc.stderr}"
+    result: dict[str, Any] = json.loads(result_path.read_text(encoding="utf-8"))
+    server_log = log_file.read_text(encoding="utf-8") if log_file.exists() else "(no server log)"
+    assert result.get("ok"), f"{result.get('error')}\nserver log:\n{server_log[-3000:]}"
+    return result
 
 
 def terminal_png(ansi: str, path: Path, columns: int) -> None:

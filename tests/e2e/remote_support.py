@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.llama_peer import free_port
+from bench.llama_peer import free_port, stop_process
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUNDLED_TARGET = REPO_ROOT / "engine" / "bundled" / "target"
@@ -99,13 +99,7 @@ class LlamaServer:
     log_path: Path
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        stop_process(self.process)
 
 
 def start_llama_server(

@@ -1,7 +1,8 @@
 """Neovim 0.12's own LSP client and inline completion, without the specls plugin, against `specls serve`.
 
-Headless `nvim -u NONE` runs editor_clients/neovim/builtin_client.lua (the set-up the README shows; the
-driver changes only the command and the server settings), opens a Python file, opens a new line under a
+Headless `nvim -u NONE` runs editor_clients/neovim/builtin_client.lua (the set-up the README shows, with
+editor_clients/neovim on the runtime path as it asks; the driver changes only the command and the server
+settings), opens a Python file, opens a new line under a
 `def`, types key by key and accepts what Neovim draws. Neovim asks 200 ms after the last key and sends no
 $/cancelRequest while typing, so the server's newest-wins is what keeps it responsive; one test measures
 that. The driver is editor_clients/neovim/tests/builtin_driver.lua; the assertions are here.
@@ -21,11 +22,11 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.neovim_support import CHROMIUM, REPO, nvim_0_12, terminal_png
+from tests.e2e.neovim_support import CHROMIUM, PLUGIN, REPO, nvim_0_12, run_driver, terminal_png
 
-SETUP = REPO / "editor_clients" / "neovim" / "builtin_client.lua"
+SETUP = PLUGIN / "builtin_client.lua"
 SCREENSHOT = REPO / "docs" / "images" / "neovim-ghost-text.png"
-DRIVER = REPO / "editor_clients" / "neovim" / "tests" / "builtin_driver.lua"
+DRIVER = PLUGIN / "tests" / "builtin_driver.lua"
 BUNDLED_TARGET = REPO / "engine" / "bundled" / "target"
 
 pytestmark = pytest.mark.slow
@@ -37,52 +38,22 @@ FIB_RULES = [["def fib(n):\n", "    if n < 2:\n        return n\n    return fib(
 def run_builtin(
     tmp_path: Path,
     *,
-    settings: dict[str, Any],
-    file_text: str,
     line: int,
-    typed: str,
     through: str = "",
     accept: str = "tab",
     expect_ghost: str | None = None,
-    key_delay_ms: int = 30,
-    timeout_s: float = 90,
+    **common: Any,
 ) -> dict[str, Any]:
-    source = tmp_path / "example.py"
-    source.write_text(file_text, encoding="utf-8")
-    result_path = tmp_path / "result.json"
-    log_file = tmp_path / "server.log"
+    """The set-up's driver; `common` holds what every driver takes (`neovim_support.run_driver`)."""
     env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
         "SPECLS_E2E_SETUP": str(SETUP),
-        "SPECLS_E2E_CMD": json.dumps(
-            [sys.executable, "-m", "lsp_server.cli", "serve", "--log-file", str(log_file)]
-        ),
-        "SPECLS_E2E_SETTINGS": json.dumps(settings),
-        "SPECLS_E2E_FILE": str(source),
         "SPECLS_E2E_LINE": str(line),
-        "SPECLS_E2E_TYPE": typed,
         "SPECLS_E2E_THROUGH": through,
         "SPECLS_E2E_ACCEPT": accept,
-        "SPECLS_E2E_KEY_DELAY_MS": str(key_delay_ms),
-        "SPECLS_E2E_TIMEOUT_MS": str(int(timeout_s * 1000) - 10_000),
-        "SPECLS_E2E_RESULT": str(result_path),
     }
     if expect_ghost is not None:
         env["SPECLS_E2E_EXPECT_GHOST"] = expect_ghost
-    proc = subprocess.run(
-        [str(nvim_0_12()), "--headless", "-u", "NONE", "-i", "NONE", "-n", "-c", f"luafile {DRIVER}"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-    )
-    assert result_path.exists(), f"the driver wrote no result; nvim said:\n{proc.stdout}\n{proc.stderr}"
-    result: dict[str, Any] = json.loads(result_path.read_text(encoding="utf-8"))
-    server_log = log_file.read_text(encoding="utf-8") if log_file.exists() else "(no server log)"
-    assert result.get("ok"), f"{result}\nserver log:\n{server_log[-3000:]}"
-    return result
+    return run_driver(nvim_0_12(), DRIVER, tmp_path, cwd=tmp_path, env=env, **common)
 
 
 def fake(rules: list[list[str]] = FIB_RULES, *, token_delay_ms: float = 0) -> dict[str, Any]:
@@ -181,6 +152,7 @@ def test_terminal_screenshot_of_ghost_text(tmp_path: Path) -> None:
     result_path, hold = tmp_path / "result.json", tmp_path / "hold"
     env = {
         "SPECLS_E2E_SETUP": str(SETUP),
+        "SPECLS_PLUGIN_DIR": str(PLUGIN),
         "SPECLS_E2E_CMD": json.dumps([sys.executable, "-m", "lsp_server.cli", "serve"]),
         "SPECLS_E2E_SETTINGS": json.dumps({"backend": "local", "device": "cpu"}),
         "SPECLS_E2E_FILE": "add.py",

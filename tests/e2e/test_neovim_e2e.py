@@ -12,18 +12,14 @@ suggests is what lands in the buffer. Skips only when `nvim` is not installed (C
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.neovim_support import REPO, SYSTEM_NVIM, nvim_0_12, nvim_version
+from tests.e2e import neovim_support
+from tests.e2e.neovim_support import PLUGIN, REPO, SYSTEM_NVIM, nvim_0_12, nvim_version
 
-PLUGIN = REPO / "editor_clients" / "neovim"
 DRIVER = PLUGIN / "tests" / "e2e_driver.lua"
 BUNDLED_TARGET = REPO / "engine" / "bundled" / "target"
 
@@ -45,49 +41,11 @@ FAKE = {"backend": "fake", "fake": {"rules": ADD_RULES}}
 
 
 def run_driver(
-    tmp_path: Path,
-    nvim: str,
-    *,
-    use_builtin: bool = False,
-    settings: dict[str, Any],
-    file_text: str,
-    typed: str,
-    scenario: str = "accept",
-    key_delay_ms: int = 30,
-    timeout_s: float = 90,
+    tmp_path: Path, nvim: str, *, use_builtin: bool = False, scenario: str = "accept", **common: Any
 ) -> dict[str, Any]:
-    source = tmp_path / "example.py"
-    source.write_text(file_text, encoding="utf-8")
-    result_path = tmp_path / "result.json"
-    log_file = tmp_path / "server.log"
-    server_cmd = [sys.executable, "-m", "lsp_server.cli", "serve", "--log-file", str(log_file)]
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
-        "SPECLS_PLUGIN_DIR": str(PLUGIN),
-        "SPECLS_E2E_CMD": json.dumps(server_cmd),
-        "SPECLS_E2E_SETTINGS": json.dumps(settings),
-        "SPECLS_E2E_FILE": str(source),
-        "SPECLS_E2E_TYPE": typed,
-        "SPECLS_E2E_SCENARIO": scenario,
-        "SPECLS_E2E_KEY_DELAY_MS": str(key_delay_ms),
-        "SPECLS_E2E_TIMEOUT_MS": str(int(timeout_s * 1000) - 10_000),
-        "SPECLS_E2E_RESULT": str(result_path),
-        "SPECLS_E2E_USE_BUILTIN": "true" if use_builtin else "false",
-    }
-    proc = subprocess.run(
-        [nvim, "--headless", "-u", "NONE", "-i", "NONE", "-n", "-c", f"luafile {DRIVER}"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-    )
-    assert result_path.exists(), f"the driver wrote no result; nvim said:\n{proc.stdout}\n{proc.stderr}"
-    result: dict[str, Any] = json.loads(result_path.read_text(encoding="utf-8"))
-    server_log = log_file.read_text(encoding="utf-8") if log_file.exists() else "(no server log)"
-    assert result.get("ok"), f"{result.get('error')}\nserver log:\n{server_log[-3000:]}"
-    return result
+    """The plugin's driver; `common` holds what every driver takes (`neovim_support.run_driver`)."""
+    env = {"SPECLS_E2E_SCENARIO": scenario, "SPECLS_E2E_USE_BUILTIN": "true" if use_builtin else "false"}
+    return neovim_support.run_driver(nvim, DRIVER, tmp_path, cwd=REPO, env=env, **common)
 
 
 def test_ghost_text_appears_and_tab_accepts_it(tmp_path: Path, nvim: str) -> None:

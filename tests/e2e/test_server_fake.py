@@ -520,6 +520,8 @@ async def test_malformed_messages_do_not_stop_the_server() -> None:
         assert "error" in invalid  # invalid params get an error response, not silence
         stats = await _read_response(process.stdout, 3)
         assert stats["result"]["state"] in ("idle", "loading", "ready")
+        # a Python process with pygls loaded holds tens of MB; the number is the server's own, not a constant
+        assert 10 < stats["result"]["peak_rss_mb"] < 4096
     finally:
         process.kill()
         await process.wait()

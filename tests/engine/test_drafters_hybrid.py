@@ -1,13 +1,9 @@
-"""The hybrid drafter's per-round choice and acceptance tracking, and the default draft-length policy."""
+"""The hybrid drafter's per-round choice and acceptance tracking."""
 
 from __future__ import annotations
 
-import pytest
-
-from engine.api import DraftContext
 from engine.drafters.base import Draft
 from engine.drafters.hybrid import HybridDrafter
-from engine.drafters.length import AdaptiveDraftLength
 from engine.drafters.lookup import PromptLookupDrafter
 from engine.drafters.plan import DraftPlan
 from engine.drafters.stale import StaleCompletionDrafter
@@ -121,53 +117,6 @@ def test_common_prefix_length() -> None:
         a = list(range(40))
         b = a[:cut] + [-1] + a[cut + 1 :]
         assert common_prefix_length(a, b) == cut
-
-
-# ---- default draft length ----------------------------------------------------------------------------
-
-
-def context(drafter: str, copy_found: bool) -> DraftContext:
-    return DraftContext(text_before="x = ", generated="", drafter=drafter, copy_found=copy_found)
-
-
-def test_copied_drafts_are_long_and_stale_ones_whole() -> None:
-    policy = AdaptiveDraftLength()
-    assert policy.max_draft_tokens(context("lookup", True)) == 16
-    assert policy.max_draft_tokens(context("suffix", True)) == 16
-    assert policy.max_draft_tokens(context("stale", True)) == 64
-    assert policy.max_draft_tokens(context("model", False)) == 6
-
-
-def test_model_length_grows_on_full_acceptance_and_shrinks_on_rejection() -> None:
-    policy = AdaptiveDraftLength(model_start=6, model_min=2, model_max=10)
-    policy.observe("model", 6, 6)
-    assert policy.max_draft_tokens(context("model", False)) == 8
-    for _ in range(5):
-        policy.observe("model", 8, 8)
-    assert policy.max_draft_tokens(context("model", False)) == 10
-    for _ in range(20):
-        policy.observe("model", 4, 1)
-    assert policy.max_draft_tokens(context("model", False)) == 2
-    assert policy.max_draft_tokens(context("lookup", True)) == 16  # the copy length is tracked apart
-
-
-def test_copy_length_stays_between_16_and_32() -> None:
-    policy = AdaptiveDraftLength()
-    for _ in range(5):
-        policy.observe("lookup", 16, 16)
-    assert policy.max_draft_tokens(context("lookup", True)) == 32
-    for _ in range(10):
-        policy.observe("suffix", 16, 0)
-    assert policy.max_draft_tokens(context("lookup", True)) == 16
-    policy.observe("lookup", 0, 0)  # an empty round teaches nothing
-    assert policy.max_draft_tokens(context("lookup", True)) == 16
-
-
-def test_policy_rejects_inconsistent_bounds() -> None:
-    with pytest.raises(ValueError):
-        AdaptiveDraftLength(model_start=1, model_min=2)
-    with pytest.raises(ValueError):
-        AdaptiveDraftLength(copy_start=40, copy_max=32)
 
 
 def test_a_mostly_rejected_draft_model_is_benched_and_retried_later() -> None:

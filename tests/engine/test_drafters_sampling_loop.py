@@ -15,15 +15,15 @@ Decoders memoise logits by prefix, so each distinct prefix is computed once and 
 from __future__ import annotations
 
 import itertools
-import math
 from collections import Counter
 
 import pytest
 import torch
+from engine_core_support import FixedLength
+from sampling_support import MemoDecoder, chi_square_against
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from engine import speculative
-from engine.api import DraftContext
 from engine.drafters.base import Drafter
 from engine.drafters.lookup import PromptLookupDrafter
 from engine.drafters.model import ModelDrafter
@@ -53,42 +53,6 @@ def tiny_llama(seed: int) -> LlamaForCausalLM:
     return LlamaForCausalLM(config).eval().requires_grad_(False)
 
 
-class MemoDecoder:
-    """Test-only `CausalDecoder`: logits for each prefix come from a full forward, computed once."""
-
-    def __init__(self, model: LlamaForCausalLM) -> None:
-        self.model = model
-        self.vocab_size = VOCAB
-        self.max_length = 32
-        self.tokens: list[int] = []
-        self.memo: dict[tuple[int, ...], torch.Tensor] = {}
-
-    @property
-    def cached_tokens(self) -> list[int]:
-        return list(self.tokens)
-
-    def next_logits(self, prefix: tuple[int, ...]) -> torch.Tensor:
-        if prefix not in self.memo:
-            with torch.inference_mode():
-                self.memo[prefix] = self.model(torch.tensor([prefix])).logits[0, -1].float()
-        return self.memo[prefix]
-
-    def forward(self, token_ids: list[int]) -> torch.Tensor:
-        rows = []
-        for token in token_ids:
-            self.tokens.append(token)
-            rows.append(self.next_logits(tuple(self.tokens)))
-        return torch.stack(rows)
-
-    def crop(self, length: int) -> None:
-        del self.tokens[length:]
-
-
-class FixedLength:
-    def max_draft_tokens(self, ctx: DraftContext) -> int:
-        return 2
-
-
 def target_joint(target: MemoDecoder) -> dict[tuple[int, ...], float]:
     joint = {}
     for seq in itertools.product(range(VOCAB), repeat=NEW_TOKENS):
@@ -102,31 +66,10 @@ def target_joint(target: MemoDecoder) -> dict[tuple[int, ...], float]:
     return joint
 
 
-def chi_square_against(counts: Counter[tuple[int, ...]], joint: dict[tuple[int, ...], float]) -> None:
-    trials = sum(counts.values())
-    statistic, buckets = 0.0, 0
-    pooled_expected, pooled_observed = 0.0, 0
-    for seq, prob in joint.items():
-        if prob == 0.0:
-            assert counts[seq] == 0, f"emitted {seq}, which the warped target gives probability 0"
-        elif trials * prob < 5:
-            pooled_expected += trials * prob
-            pooled_observed += counts[seq]
-        else:
-            statistic += (counts[seq] - trials * prob) ** 2 / (trials * prob)
-            buckets += 1
-    if pooled_expected > 0:
-        statistic += (pooled_observed - pooled_expected) ** 2 / pooled_expected
-        buckets += 1
-    df = buckets - 1
-    threshold = df * (1 - 2 / (9 * df) + 3.0902 * math.sqrt(2 / (9 * df))) ** 3
-    assert statistic < threshold, f"chi-square {statistic:.1f} over {df} degrees of freedom"
-
-
 def run_trials(drafter_kind: str) -> tuple[Counter[tuple[int, ...]], dict[tuple[int, ...], float]]:
     torch.set_num_threads(1)
-    target = MemoDecoder(tiny_llama(seed=5))
-    draft_decoder = MemoDecoder(tiny_llama(seed=6))
+    target = MemoDecoder(tiny_llama(seed=5), max_length=32)
+    draft_decoder = MemoDecoder(tiny_llama(seed=6), max_length=32)
     draft_generator = torch.Generator().manual_seed(99)
     counts: Counter[tuple[int, ...]] = Counter()
     drafted = 0
@@ -144,7 +87,12 @@ def run_trials(drafter_kind: str) -> tuple[Counter[tuple[int, ...]], dict[tuple[
             drafter = PromptLookupDrafter(min_ngram=1)
         settings = DecodeSettings(max_new_tokens=NEW_TOKENS, temperature=1.0, top_k=TOP_K, seed=trial)
         result = speculative_generate(
-            target, drafter, list(PROMPT), settings, FixedLength(), decode=lambda ids: " ".join(map(str, ids))
+            target,
+            drafter,
+            list(PROMPT),
+            settings,
+            FixedLength(2),
+            decode=lambda ids: " ".join(map(str, ids)),
         )
         assert len(result.token_ids) == NEW_TOKENS
         counts[tuple(result.token_ids)] += 1

@@ -18,6 +18,7 @@ from engine_core_support import (
 
 from engine.api import CompletionRequest
 from engine.autoregressive import autoregressive_generate
+from engine.drafters.length import FixedDraftPolicy
 from engine.generation import DecodeSettings
 from engine.hf_decoder import make_decoder
 from engine.speculative import speculative_generate
@@ -71,6 +72,7 @@ def test_every_real_drafter_keeps_greedy_output(arch: str, drafter: str) -> None
             lookup_context=(decode(ids[-6:] + want[:16]),),
             suffix=decode(want[8:]),
             previous_completion=decode(want[:12] + [(want[12] + 1) % vocab()] + want[13:]),
+            draft_policy=FixedDraftPolicy(8),  # drafts every round, even where the costs say it cannot pay
         )
         result = engine.complete(request)
         assert result.token_ids == want, f"draft is target: {draft is target}"

@@ -20,6 +20,7 @@ from engine_core_support import (
 
 from engine.api import CancelToken, CompletionRequest, DraftContext
 from engine.autoregressive import autoregressive_generate
+from engine.drafters.length import FixedDraftPolicy
 from engine.generation import DecodeSettings
 from engine.hf_decoder import make_decoder
 from engine.speculative import speculative_generate
@@ -153,7 +154,9 @@ def test_cancel_from_on_text_between_draft_model_steps(llama, prompt_text) -> No
         token.cancel()
 
     result = engine.complete(
-        CompletionRequest(prompt=prompt_text, max_new_tokens=32, drafter="model"),
+        CompletionRequest(
+            prompt=prompt_text, max_new_tokens=32, drafter="model", draft_policy=FixedDraftPolicy(4)
+        ),
         on_text=on_text,
         cancel=token,
     )
@@ -228,7 +231,10 @@ def test_hybrid_remembers_a_poorly_accepted_draft_model_across_calls(llama) -> N
     rounds = []
     for seed in (40, 41, 42):
         request = CompletionRequest(
-            prompt=decode(prompt_ids(20, seed=seed)), max_new_tokens=24, drafter="hybrid"
+            prompt=decode(prompt_ids(20, seed=seed)),
+            max_new_tokens=24,
+            drafter="hybrid",
+            draft_policy=FixedDraftPolicy(4),  # the model drafts whenever the hybrid trusts it
         )
         result = engine.complete(request)
         assert (

@@ -30,7 +30,10 @@ from engine.quantize import (
     INT4_GROUP,
     Int4Linear,
     Int8Linear,
+    PrepackedBf16Linear,
     check_quantization,
+    make_linear,
+    prepacked_bf16_fits,
     quantize_int4,
     quantize_int8,
 )
@@ -109,6 +112,23 @@ def test_quantized_linear_matches_its_dequantized_weights(dtype: torch.dtype, ki
         tolerance = 1e-3 if dtype == torch.float32 else 0.05 * want.abs().max().item()
         assert (got - want).abs().max().item() < tolerance
         assert got.shape == (rows, 96)
+
+
+@pytest.mark.skipif(
+    not prepacked_bf16_fits(torch.zeros(1, 1, dtype=torch.bfloat16)), reason="no native oneDNN bf16 here"
+)
+def test_prepacked_bf16_linear_computes_what_f_linear_does() -> None:
+    """The reordered weight runs oneDNN's kernel once-packed: the result is F.linear's, at every row count."""
+    torch.manual_seed(0)
+    weight, bias = torch.randn(96, 128).bfloat16(), torch.randn(96).bfloat16()
+    assert isinstance(make_linear(weight, bias, "none"), PrepackedBf16Linear)
+    assert not isinstance(make_linear(weight.float(), None, "none"), PrepackedBf16Linear)
+    for with_bias in (None, bias):
+        linear = PrepackedBf16Linear(weight, with_bias)
+        for rows in (1, 9, 40):
+            x = torch.randn(rows, 128).bfloat16()
+            torch.testing.assert_close(linear(x), torch.nn.functional.linear(x, weight, with_bias))
+        assert linear(torch.randn(2, 3, 128).bfloat16()).shape == (2, 3, 96)
 
 
 def test_unknown_or_unsupported_quantization_is_refused() -> None:

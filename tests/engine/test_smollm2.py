@@ -3,7 +3,7 @@
 Skipped, with the command to run, where the model is not pulled (scripts/setup.sh pulls it, so CI runs
 these). In fp32 every drafter's greedy output must equal plain decoding token for token; sampling through
 the speculative loop must follow the target's warped law (the chi-square check of
-`test_drafters_sampling_loop`, whose negative control shows it can fail).
+`sampling_support`; `test_drafters_sampling_loop` holds the negative control that shows it can fail).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 import torch
+from engine_core_support import FixedLength
+from sampling_support import MemoDecoder, chi_square_against
 
 from engine.api import CompletionRequest
 from engine.catalog import is_pulled
@@ -20,7 +22,6 @@ from engine.drafters.lookup import PromptLookupDrafter
 from engine.generation import DecodeSettings
 from engine.speculative import speculative_generate
 from engine.verify import warp_logits
-from tests.engine.test_drafters_sampling_loop import FixedLength, chi_square_against
 
 NAME = "smollm2-135m"
 pytestmark = [
@@ -88,41 +89,10 @@ def test_every_drafter_is_token_identical_to_plain_greedy_in_fp32(engine: Any) -
     assert accepted > NEW_TOKENS  # drafts were really accepted, so the identity means something
 
 
-class MemoDecoder:
-    """Logits per prefix from one full forward of the real model, computed once (trials stay cheap)."""
-
-    def __init__(self, model: Any) -> None:
-        self.model = model
-        self.vocab_size = int(model.config.vocab_size)
-        self.max_length = 1024
-        self.tokens: list[int] = []
-        self.memo: dict[tuple[int, ...], torch.Tensor] = {}
-
-    @property
-    def cached_tokens(self) -> list[int]:
-        return list(self.tokens)
-
-    def next_logits(self, prefix: tuple[int, ...]) -> torch.Tensor:
-        if prefix not in self.memo:
-            with torch.inference_mode():
-                self.memo[prefix] = self.model(torch.tensor([prefix])).logits[0, -1].float()
-        return self.memo[prefix]
-
-    def forward(self, token_ids: list[int]) -> torch.Tensor:
-        rows = []
-        for token in token_ids:
-            self.tokens.append(token)
-            rows.append(self.next_logits(tuple(self.tokens)))
-        return torch.stack(rows)
-
-    def crop(self, length: int) -> None:
-        del self.tokens[length:]
-
-
 def test_sampling_through_the_loop_follows_the_real_models_law(engine: Any) -> None:
     """Two sampled tokens (temperature 1, top-k 3: at most 9 joint outcomes) with lookup drafts."""
     prompt = engine.encode(PROMPTS[2])
-    target = MemoDecoder(engine.pair.target)
+    target = MemoDecoder(engine.pair.target, max_length=1024)
     top_k, new_tokens, trials = 3, 2, 1500
     counts: Counter[tuple[int, ...]] = Counter()
     drafted = 0
@@ -133,7 +103,7 @@ def test_sampling_through_the_loop_follows_the_real_models_law(engine: Any) -> N
             PromptLookupDrafter(min_ngram=1),
             list(prompt),
             settings,
-            FixedLength(),
+            FixedLength(2),
             decode=engine.decode,
         )
         counts[tuple(result.token_ids)] += 1

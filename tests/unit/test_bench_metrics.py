@@ -166,3 +166,18 @@ def test_repetition_share_counts_tokens_inside_an_ngram_seen_before() -> None:
     assert repetition_share([1, 2, 3, 1, 2, 3], n=3) == 0.5
     with pytest.raises(ValueError):
         repetition_share([1], n=0)
+
+
+def test_summarize_splits_prefill_from_decode_for_engine_and_llama_server_runs() -> None:
+    runs = [
+        _run("autoregressive", "p1", 3.0, [1, 2, 3, 4], prompt_tokens=100, prefill_s=2.0, decode_s=1.0),
+        _run("autoregressive", "p2", 3.0, [1, 2, 3, 4], prompt_tokens=300, prefill_s=2.0, decode_s=1.0),
+        _run("llama-server", "p1", 5.0, [1, 2, 3, 4], prompt_n=100, prompt_ms=4000.0, predicted_ms=400.0),
+        _run("hf-greedy", "p1", 1.0, [1, 2, 3, 4]),
+    ]
+    summary = summarize(runs, {"c": {}, "verify_cost": {}}, ("autoregressive", "llama-server", "hf-greedy"))
+    assert summary["autoregressive"]["prefill_tokens_per_s"] == pytest.approx(100.0)  # 400 tokens in 4 s
+    assert summary["autoregressive"]["decode_ms_per_token"] == pytest.approx(250.0)  # 2 s over 8 tokens
+    assert summary["llama-server"]["prefill_tokens_per_s"] == pytest.approx(25.0)
+    assert summary["llama-server"]["decode_ms_per_token"] == pytest.approx(100.0)
+    assert "decode_ms_per_token" not in summary["hf-greedy"]  # transformers' generate reports no split

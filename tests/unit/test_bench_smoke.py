@@ -74,7 +74,7 @@ def test_throughput_smoke_every_method_agrees(tiny_pair: tuple[Path, Path], tmp_
         draft=str(tiny_pair[1]),
         device="cpu",
         threads=1,
-        draft_policy="4",  # a fixed length, so the model drafts (the syntax policy may bench a random draft)
+        draft_policy="4",  # a fixed length, so the model drafts (the learned policy may bench a random draft)
     )
     result = run_throughput(config, progress=False)
     summary = result["summary"]
@@ -106,14 +106,14 @@ def test_draft_length_smoke(tiny_pair: tuple[Path, Path], tmp_path: Path) -> Non
     result = run_draft_length(config, progress=False)
     policies = result["policies"]
     for name in policy_names():
-        assert policies[name]["output_differs_from_syntax_on"] == [], name
+        assert policies[name]["output_differs_from_learned_on"] == [], name
     for measure in ("tokens_per_s_overall", "tokens_per_modeled_step"):
         verdict = policies[f"vs_best_fixed_{measure}"]
         assert verdict["best_fixed"].startswith("fixed-")
-        assert verdict["syntax"] == pytest.approx(
-            policies["syntax"][measure] / policies[verdict["best_fixed"]][measure]
+        assert verdict["learned"] == pytest.approx(
+            policies["learned"][measure] / policies[verdict["best_fixed"]][measure]
         )
-    assert policies["syntax"]["tokens_per_modeled_step"] > 0
+    assert policies["learned"]["tokens_per_modeled_step"] > 0
     json_path, md_path = write_report(result, tmp_path, "smoke")
     assert json.loads(json_path.read_text())["benchmark"] == "draft-length"
     assert "Acceptance per syntax context" in md_path.read_text()

@@ -13,7 +13,7 @@ import pytest
 
 from lsp_server.backends.fake import FakeBackend, continuation_for, split_tokens
 from lsp_server.config import FakeSettings, ServerSettings
-from lsp_server.context import build_completion_context, finalize_completion, syntax_classifier
+from lsp_server.context import build_completion_context, finalize_completion
 from lsp_server.documents import DocumentStore, TextChange
 from lsp_server.scheduler import Scheduler
 from lsp_server.typed_ahead import (
@@ -89,7 +89,6 @@ def prefix_only_context(store, uri, offset, info, settings, count_tokens):  # ty
         suffix=text[offset:],
         mode="multi-line",
         stop_check=None,
-        syntax_context=syntax_classifier(),
         lookup_snippets=(),
         stop_strings=(),
         forced_prefix="",
@@ -412,11 +411,10 @@ async def test_debounce_lets_only_the_last_of_a_quick_burst_reach_the_model(make
     assert [request.prompt for request, _ in h.backend.calls] == ["x = "]
 
 
-async def test_every_request_carries_the_syntax_classifier_and_no_learned_state(make_harness) -> None:
-    # Draft lengths are learned in the engine, per loaded model: the server sends only the classifier.
+async def test_no_request_carries_draft_length_state(make_harness) -> None:
+    # Draft lengths are learned in the engine, per loaded model: the server sends no policy.
     h = await make_harness(RULES)
     h.open(URI, "def greet(")
     await h.answer(URI)
     request = h.backend.calls[-1][0]
-    assert request.syntax_context is not None and request.syntax_context("def greet(") == "after-open"
     assert request.draft_policy is None

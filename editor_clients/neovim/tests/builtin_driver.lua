@@ -1,35 +1,15 @@
--- End-to-end driver for Neovim's own client (0.12+, no specls plugin), run inside `nvim --headless -u NONE`.
+-- End-to-end driver for Neovim's own client (0.12+, no plugin set-up), run inside `nvim --headless -u NONE`.
 -- It runs the set-up file $SPECLS_E2E_SETUP (editor_clients/neovim/builtin_client.lua), pointing only the
 -- command and the server settings at the test's, opens a file, types key by key (nvim_input, so
 -- InsertEnter/CursorMovedI fire as for a person), reads the ghost text Neovim draws and accepts it. Writes
 -- what happened to $SPECLS_E2E_RESULT as JSON; tests/e2e/test_neovim_builtin.py holds the assertions.
+local support = dofile(vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':h') .. '/driver_support.lua')
 local env = vim.env
 local result = { steps = {}, keys = {} }
 local namespace = vim.api.nvim_create_namespace('nvim.lsp.inline_completion')
 
-local function write_result()
-  local file = assert(io.open(env.SPECLS_E2E_RESULT, 'w'))
-  file:write(vim.json.encode(result))
-  file:close()
-end
-
-local function sleep(ms)
-  local co = coroutine.running()
-  vim.defer_fn(function()
-    assert(coroutine.resume(co))
-  end, ms)
-  coroutine.yield()
-end
-
 local function wait_for(what, predicate, timeout_ms)
-  local started = vim.uv.now()
-  while not predicate() do
-    if vim.uv.now() - started > timeout_ms then
-      error('timed out waiting for ' .. what)
-    end
-    sleep(10)
-  end
-  table.insert(result.steps, { what = what, ms = vim.uv.now() - started })
+  support.wait_for(result, what, predicate, timeout_ms)
 end
 
 --- The ghost text as drawn: the extmark's inline text, then its virtual lines.
@@ -50,24 +30,17 @@ local function ghost_text(bufnr)
   return { row = row, col = col, text = table.concat(lines, '\n') }
 end
 
-local function keys_of(text)
-  local keys = {}
-  for _, ch in ipairs(vim.fn.split(text, '\\zs')) do
-    table.insert(keys, ch == '<' and '<lt>' or ch)
-  end
-  return keys
-end
-
 local function type_text(text, delay_ms)
-  for _, key in ipairs(keys_of(text)) do
+  for _, key in ipairs(support.keys_of(text)) do
     vim.api.nvim_input(key)
     table.insert(result.keys, { key = key, at = vim.uv.now() })
-    sleep(delay_ms)
+    support.sleep(delay_ms)
   end
 end
 
 local function main()
   vim.cmd('filetype on') -- as in a normal start; `-u NONE` leaves it off, and vim.lsp.enable needs it
+  vim.opt.runtimepath:append(env.SPECLS_PLUGIN_DIR) -- as the set-up asks, for its accept helper
   dofile(env.SPECLS_E2E_SETUP)
   vim.lsp.config('specls', {
     cmd = vim.json.decode(env.SPECLS_E2E_CMD),
@@ -106,7 +79,7 @@ local function main()
   local row = tonumber(env.SPECLS_E2E_LINE) -- 1-based line to open a new line under
   vim.api.nvim_win_set_cursor(0, { row, 0 })
   vim.api.nvim_input('o')
-  sleep(20)
+  support.sleep(20)
   local started = vim.uv.now()
   type_text(env.SPECLS_E2E_TYPE, tonumber(env.SPECLS_E2E_KEY_DELAY_MS or '30'))
   local typed_at = vim.uv.now()
@@ -121,7 +94,7 @@ local function main()
   result.mode_after_typing = vim.api.nvim_get_mode().mode
   if env.SPECLS_E2E_HOLD then -- a terminal screenshot: say the ghost is up, wait until it has been taken
     vim.cmd('redraw')
-    write_result()
+    support.write_result(result)
     wait_for('screenshot taken', function()
       return vim.uv.fs_stat(env.SPECLS_E2E_HOLD) ~= nil
     end, 30000)
@@ -144,7 +117,7 @@ local function main()
     return vim.api.nvim_buf_line_count(bufnr) ~= lines_before
       or vim.api.nvim_get_current_line() ~= result.line_before_accept
   end, 5000)
-  sleep(100) -- let the accept command reach the server
+  support.sleep(100) -- let the accept command reach the server
   result.lines = vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)
   result.cursor_after = vim.api.nvim_win_get_cursor(0)
   result.mode_after = vim.api.nvim_get_mode().mode
@@ -152,12 +125,4 @@ local function main()
   result.ok = true
 end
 
-coroutine.wrap(function()
-  local ok, err = pcall(main)
-  if not ok then
-    result.ok = false
-    result.error = tostring(err)
-  end
-  pcall(write_result)
-  vim.cmd('qa!')
-end)()
+support.run(result, main)

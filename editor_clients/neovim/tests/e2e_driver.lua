@@ -2,48 +2,20 @@
 -- into a buffer key by key (nvim_input, so insert-mode autocommands fire as for a person), waits for ghost
 -- text, accepts it and writes what happened to $SPECLS_E2E_RESULT as JSON. Inputs come from environment
 -- variables set by tests/e2e/test_neovim_e2e.py.
+local support = dofile(vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':h') .. '/driver_support.lua')
 local env = vim.env
 local result = { steps = {} }
 local cancels = 0 -- $/cancelRequest sent by the plugin while typing
 
-local function write_result()
-  local file = assert(io.open(env.SPECLS_E2E_RESULT, 'w'))
-  file:write(vim.fn.json_encode(result))
-  file:close()
-end
-
-local function sleep(ms)
-  local co = coroutine.running()
-  vim.defer_fn(function()
-    assert(coroutine.resume(co))
-  end, ms)
-  coroutine.yield()
-end
-
 local function wait_for(what, predicate, timeout_ms)
-  local started = vim.loop.now()
-  while not predicate() do
-    if vim.loop.now() - started > timeout_ms then
-      error('timed out waiting for ' .. what)
-    end
-    sleep(20)
-  end
-  table.insert(result.steps, { what = what, ms = vim.loop.now() - started })
+  support.wait_for(result, what, predicate, timeout_ms)
 end
 
 local function type_keys(keys, delay_ms)
   for _, key in ipairs(keys) do
     vim.api.nvim_input(key)
-    sleep(delay_ms)
+    support.sleep(delay_ms)
   end
-end
-
-local function chars(text)
-  local keys = {}
-  for _, ch in ipairs(vim.fn.split(text, '\\zs')) do
-    table.insert(keys, ch == '<' and '<lt>' or ch)
-  end
-  return keys
 end
 
 local function main()
@@ -76,7 +48,7 @@ local function main()
   -- Open a line below the last one and type, one key at a time.
   vim.api.nvim_win_set_cursor(0, { vim.api.nvim_buf_line_count(bufnr), 0 })
   type_keys({ 'o' }, 20)
-  type_keys(chars(env.SPECLS_E2E_TYPE), tonumber(env.SPECLS_E2E_KEY_DELAY_MS or '30'))
+  type_keys(support.keys_of(env.SPECLS_E2E_TYPE), tonumber(env.SPECLS_E2E_KEY_DELAY_MS or '30'))
   result.mode_after_typing = vim.api.nvim_get_mode().mode
   -- The model is loaded by now: a suggestion that takes longer than this is not coming.
   wait_for('ghost text', function()
@@ -100,7 +72,7 @@ local function main()
         or vim.api.nvim_get_current_line() ~= result.line_before_accept
     end, 5000)
   end
-  sleep(100) -- let the notifications and the executeCommand go out
+  support.sleep(100) -- let the notifications and the executeCommand go out
   result.ghost_after = specls.ghost_text(bufnr) or vim.NIL
   result.lines = vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)
   result.cursor_after = vim.api.nvim_win_get_cursor(0)
@@ -110,12 +82,4 @@ local function main()
   result.ok = true
 end
 
-coroutine.wrap(function()
-  local ok, err = pcall(main)
-  if not ok then
-    result.ok = false
-    result.error = tostring(err)
-  end
-  pcall(write_result)
-  vim.cmd('qa!')
-end)()
+support.run(result, main)

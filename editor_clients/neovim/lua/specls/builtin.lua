@@ -1,4 +1,5 @@
 -- Neovim's own inline completion (0.12+) as the plugin uses it: what it draws, and accepting it.
+-- `insert_what_is_shown` is also the accept of the set-up without the plugin (builtin_client.lua).
 local ghost = require('specls.ghost')
 
 local M = {}
@@ -23,7 +24,7 @@ function M.insert_what_is_shown(item)
   local lines = vim.split(text, '\n', { plain = true })
   vim.api.nvim_buf_set_text(0, row - 1, col, row - 1, col, lines)
   vim.api.nvim_win_set_cursor(0, { row + #lines - 1, (#lines == 1 and col or 0) + #lines[#lines] })
-  if item.command then -- the accept counts in specls' local statistics
+  if item.command then -- counts the accept in specls' local statistics
     vim.lsp.get_client_by_id(item.client_id):exec_cmd(item.command)
   end
 end
