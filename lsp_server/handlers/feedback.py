@@ -50,12 +50,22 @@ def did_reject(ls: SpeclsServer, params: Any) -> None:
 
 
 def peak_rss_mb() -> float | None:
-    """The server process's peak resident memory (models, caches, everything), where the OS reports it."""
+    """The server process's peak resident memory (models, caches, everything), where the OS reports it.
+
+    Linux: VmHWM of /proc/self/status, which is this process's own (getrusage's ru_maxrss carries the
+    parent's peak over fork and exec). Elsewhere getrusage, bytes on macOS."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)  # kB
+    except OSError:
+        pass
     try:
         import resource
     except ImportError:  # Windows
         return None
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # bytes on macOS, KiB elsewhere
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return round(peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024, 1)
 
 
