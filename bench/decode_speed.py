@@ -253,14 +253,14 @@ def run_llama_server(
     gguf: Path, prompts: list[tuple[str, list[int]]], config: DecodeSpeedConfig, eos: frozenset[int]
 ) -> tuple[list[Run], dict[str, float]]:
     """Every llama-server configuration in turn on the same prompt ids; runs and each server's RSS."""
-    from bench.llama_peer import LLAMA_METHODS, find_llama_server, start_peer
+    from bench.llama_peer import LLAMA_METHODS, NEEDS_DRAFT_GGUF, find_llama_server, start_peer
 
     binary = find_llama_server()
     if binary is None or not binary.exists():
         return [], {}
     runs: list[Run] = []
     rss: dict[str, float] = {}
-    for method in LLAMA_METHODS:
+    for method in (m for m in LLAMA_METHODS if m not in NEEDS_DRAFT_GGUF):  # the target alone: no draft here
         log = config.out / f".{method}.log"
         peer = start_peer(binary, gguf, method, config.threads, config.window, log)
         try:
