@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "pantry.py"
 # What a newcomer sees when no model is named: the pretrained model once it is pulled (setup pulls it). Typing
-# this project's own files (which neither model saw), its suggestions were then typed whole 30% of the time
+# this project's own files (which neither model saw), its suggestions were then typed whole 35% of the time
 # and began right 92% of the time, against 6% and 39% for the bundled pair (bench/results/keystrokes-*-own-files*).
 DEMO_MODEL = "smollm2-135m"
 LANGUAGE_IDS = {
