@@ -93,21 +93,11 @@ class PlainCodeSampler(SequenceSampler):
 def draft_config(shape: ModelShape, teacher: PretrainedConfig) -> LlamaConfig:
     """The teacher's vocabulary, special ids, context length and RoPE base at the draft's size: the engine's
     window is the smaller of the two models' contexts, so the draft must not shorten it."""
-    return LlamaConfig(
-        vocab_size=teacher.vocab_size,
-        hidden_size=shape.hidden,
-        intermediate_size=shape.ffn,
-        num_hidden_layers=shape.layers,
-        num_attention_heads=shape.heads,
-        num_key_value_heads=shape.heads,
-        max_position_embeddings=teacher.max_position_embeddings,
-        rope_parameters=dict(teacher.rope_parameters),
-        rms_norm_eps=1e-5,
-        tie_word_embeddings=True,
-        bos_token_id=teacher.bos_token_id,
-        eos_token_id=teacher.eos_token_id,
-        pad_token_id=teacher.pad_token_id,
-    )
+    config = shape.llama_config(teacher.vocab_size, teacher.max_position_embeddings, teacher.eos_token_id)
+    config.bos_token_id = teacher.bos_token_id
+    config.pad_token_id = teacher.pad_token_id
+    config.rope_parameters = dict(teacher.rope_parameters)
+    return config
 
 
 def projected_embedding(teacher_embedding: torch.Tensor, width: int) -> torch.Tensor:
