@@ -11,6 +11,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 
 from engine.drafters.base import Draft
 from engine.models import ModelPair, ModelSource
+from engine.precision import NEAR_TIE_MARGIN, greedy_divergence
 from engine.service import LocalEngine
 from engine.train.tokenizer import tokenizer_config, train_code_tokenizer
 
@@ -160,3 +161,16 @@ def local_engine(target: torch.nn.Module, draft: torch.nn.Module) -> LocalEngine
     source = ModelSource(spec="test", location="in-memory", is_local=True)
     pair = ModelPair(target, draft, tokenizer(), torch.device("cpu"), torch.float32, source, source)
     return LocalEngine(pair=pair)
+
+
+def assert_parts_only_at_a_near_tie(
+    plain_ids: list[int], speculative_ids: list[int], margins: list[float]
+) -> None:
+    """Speculative output may leave plain output only where the plain run's top-2 logits were within
+    NEAR_TIE_MARGIN (`margins[i]`: the margin that chose plain token i)."""
+    divergence = greedy_divergence(plain_ids, speculative_ids, margins)
+    if divergence is not None:
+        assert divergence.margin <= NEAR_TIE_MARGIN, (
+            f"speculative output left plain output at token {divergence.position} where the plain "
+            f"run's top-2 margin was {divergence.margin:.3f} > {NEAR_TIE_MARGIN}"
+        )
