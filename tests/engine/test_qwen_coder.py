@@ -4,7 +4,8 @@ Skipped, with the command to run, where a model is not pulled (`scripts/setup.sh
 runs these). In fp32:
 - the lean decoder's greedy output equals transformers' own `generate` on the same weights;
 - every drafter's greedy output equals plain decoding token for token, on the 0.5B model alone and on the
-  1.5B target drafted by the 0.5B model (the pair), and drafts are really accepted;
+  1.5B target drafted by the 0.5B model (the pair, its draft with int8 weights: a draft's precision changes
+  only acceptance), and drafts are really accepted;
 - every Qwen special token ends a completion and none reaches the text.
 """
 
@@ -43,18 +44,24 @@ NEW_TOKENS = 24
 QWEN_SPECIALS = CATALOG[SMALL].end_tokens
 
 
-def load(target: str, draft: str) -> Any:
+def load(target: str, draft: str, keep_hf_model: bool = False) -> Any:
     from engine.service import LocalEngine
 
     torch.set_num_threads(2)
     return LocalEngine(
-        target=target, draft=draft, device="cpu", dtype="fp32", max_context=1024, runtime="torch"
+        target=target,
+        draft=draft,
+        device="cpu",
+        dtype="fp32",
+        max_context=1024,
+        runtime="torch",
+        keep_hf_model=keep_hf_model,
     )
 
 
 @pytest.fixture(scope="module")
 def small() -> Any:
-    return load(SMALL, "none")
+    return load(SMALL, "none", keep_hf_model=True)  # transformers' generate is the reference below
 
 
 def complete(engine: Any, prompt: str, drafter: str, **extra: Any) -> Any:
@@ -123,7 +130,9 @@ def test_the_pair_is_token_identical_for_every_drafter_in_fp32() -> None:
     from engine.models import default_draft
 
     assert default_draft(LARGE) == SMALL  # the 0.5B model drafts for the 1.5B one by default
-    engine = load(LARGE, SMALL)
+    engine = load(LARGE, SMALL)  # HF weights released; the draft runs with int8 weights (the CPU default)
     assert engine.draft_decoder is not None
+    assert engine.draft_runtime is not None and "int8" in engine.draft_runtime.weights
+    assert all(isinstance(layer, torch.nn.Identity) for layer in engine.pair.target.model.layers)
     accepted = identical_for_every_drafter(engine, ("model", "lookup", "stale", "hybrid"))
     assert accepted > 2 * NEW_TOKENS
