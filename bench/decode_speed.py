@@ -137,12 +137,17 @@ class Engines:
                 self.matmuls[name] = _matmul_runner(decoder)
             self.rss_added_mb[name] = rss_mb() - before
         models.clear()
-        # The draft model in bf16 (the CPU's fast dtype), one decoder per weight precision.
+        # The draft model in bf16 where the CPU computes it natively, else fp32 (what `auto` picks), one
+        # decoder per weight precision.
+        from engine.models import cpu_bf16_support
+
         self.drafts: dict[str, CausalDecoder] = {}
         if draft is not None:
-            draft_model = AutoModelForCausalLM.from_pretrained(draft, dtype=torch.bfloat16).eval()
+            native = cpu_bf16_support()[0]
+            draft_dtype = torch.bfloat16 if native else torch.float32
+            draft_model = AutoModelForCausalLM.from_pretrained(draft, dtype=draft_dtype).eval()
             for quantization in draft_quantizations:
-                label = "bf16" if quantization == "none" else quantization
+                label = ("bf16" if native else "fp32") if quantization == "none" else quantization
                 self.drafts[label] = LeanLlamaDecoder(draft_model, window, quantization)  # type: ignore[arg-type]
 
 

@@ -15,6 +15,8 @@ the HF module is left without layers and must not run again.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -109,6 +111,8 @@ class LeanLlamaDecoder:
             self.lm_head = make_linear(output.weight, None, self.quantization)
             if release and output.weight is not self.embed:  # a tied table stays: the lookup reads it
                 output.weight = torch.nn.Parameter(output.weight.new_empty(0), requires_grad=False)
+            if release:
+                return_freed_memory()
             # HF's rotary module already applies rope_theta and any scaling type; tabulate it once, shaped
             # [max_length, 1, head_dim] to broadcast over heads. rotate_half(x) * sin equals
             # swap_halves(x) * signed_sin with the first half of sin negated, bit for bit (negation is exact).
@@ -187,6 +191,21 @@ class LeanLlamaDecoder:
             return hidden.new_empty(0)
         hidden = F.rms_norm(hidden, norm_shape, self.final_norm, eps)
         return self.lm_head(hidden).float()
+
+
+def return_freed_memory() -> None:
+    """Hand memory freed inside the process back to the OS (glibc's malloc_trim).
+
+    Why: tensors below glibc's (adaptive, up to 32 MB) mmap threshold live on the heap, and freeing them
+    leaves the pages resident; after the HF weights are released those pages are a second model copy.
+    A no-op where glibc is absent.
+    """
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(0)
 
 
 def _attend_few(
