@@ -115,12 +115,21 @@ class EngineWorker:
         with self._cond:
             return [generation for generation in iter(self._queue.pop, None)]
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
+        """Ask the thread to end after its current job (whose cancel the caller has set) and wait up to
+        `timeout` seconds for it (0: do not wait; `join` later)."""
         with self._cond:
             self._stopping = True
             self._cond.notify()
+        if timeout > 0:
+            self.join(timeout)
+
+    def join(self, timeout: float) -> bool:
+        """Wait for the thread to end; True when it has (or never started)."""
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
 
     # --- the thread ---
 

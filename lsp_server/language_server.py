@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
+from engine.api import CompletionBackend
 from lsp_server import __version__
 from lsp_server.backends import create_backend
 from lsp_server.config import ServerSettings, SettingsReport, apply_settings
@@ -33,7 +34,11 @@ _LOG_LEVELS = {
 
 
 class SpeclsServer(LanguageServer):
-    def __init__(self, cli_settings: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        cli_settings: Mapping[str, Any] | None = None,
+        backend_factory: Callable[[ServerSettings], CompletionBackend] = create_backend,
+    ) -> None:
         super().__init__("specls", __version__, protocol_cls=SpeclsProtocol)
         self.cli_settings = dict(cli_settings or {})  # applied last: the command line wins
         self.client_settings: dict[str, Any] = {}
@@ -43,7 +48,7 @@ class SpeclsServer(LanguageServer):
         self.scheduler = Scheduler(
             self.store,
             self.settings,
-            create_backend,
+            backend_factory,
             on_state=self.on_backend_state,
             on_log=self.log,
             on_completion=self.schedule_status,
