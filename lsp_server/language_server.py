@@ -16,7 +16,7 @@ from pygls.lsp.server import LanguageServer
 from engine.api import CompletionBackend
 from lsp_server import __version__
 from lsp_server.backends import create_backend
-from lsp_server.config import ServerSettings, SettingsReport, apply_settings
+from lsp_server.config import ServerSettings, SettingsReport, apply_settings, fit_to_model
 from lsp_server.documents import DocumentStore
 from lsp_server.protocol import SpeclsProtocol
 from lsp_server.scheduler import BackendState, Scheduler
@@ -69,6 +69,15 @@ class SpeclsServer(LanguageServer):
         report.unknown += cli_report.unknown
         return settings, report
 
+    def fit_settings_to_model(self) -> None:
+        """Clamp the settings to the loaded model's window (and say so) once it is known."""
+        info = self.scheduler.info
+        if info is None:
+            return
+        self.settings, problems = fit_to_model(self.settings, info.context_length)
+        self.scheduler.update_settings(self.settings)
+        self.report_settings(SettingsReport(invalid=problems))
+
     def report_settings(self, report: SettingsReport) -> None:
         for problem in report.invalid:
             self.window_show_message(types.ShowMessageParams(types.MessageType.Warning, f"specls: {problem}"))
@@ -95,6 +104,7 @@ class SpeclsServer(LanguageServer):
             self.window_show_message(types.ShowMessageParams(types.MessageType.Error, f"specls: {message}"))
         elif state == "ready":
             self.log(logging.INFO, message)
+            self.fit_settings_to_model()
         if state != "loading" and self.progress_token is not None:
             self.work_done_progress.end(self.progress_token, types.WorkDoneProgressEnd(message=message))
             self.progress_token = None

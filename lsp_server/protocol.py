@@ -38,6 +38,8 @@ class SpeclsProtocol(LanguageServerProtocol):
         return bool(self._shutdown)
 
     def structure_message(self, data: dict[str, Any]) -> Any:
+        if "method" in data and "params" not in data:  # optional in JSON-RPC; pygls' types require it
+            data["params"] = None
         try:
             return super().structure_message(data)
         except JsonRpcException as exc:
