@@ -173,6 +173,9 @@ class BackendInfo:
     device: str
     token_healing: bool = False  # honours CompletionRequest.forced_prefix
     runtime: str = ""  # what decodes the target and why (`engine.runtime.RuntimeChoice.describe`)
+    # The prompt shape measured best for this model ("prefix-only", "fim"), or "auto": FIM when the
+    # tokenizer has a known family's FIM tokens (`engine.catalog.CatalogModel.prompt`).
+    prompt_shape: str = "auto"
 
 
 def refuse_forced_prefix(request: CompletionRequest, backend: str) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from engine.api import DRAFTERS
 from lsp_server.context import ContextSettings
+from lsp_server.context.builder import PROMPT_SHAPES
 
 BACKENDS = ("local", "openai", "fake")
 # auto: bf16 where the CPU computes it natively (engine.models.choose_dtype)
@@ -155,6 +156,7 @@ _FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "suppressInStrings": ("context.suppress_in_strings", _bool),
     "tokenHealing": ("context.token_healing", _bool),
     "contextTokens": ("context.max_prompt_tokens", _int_in(16, 1_000_000)),
+    "promptShape": ("context.prompt_shape", _choice(PROMPT_SHAPES)),
 }
 
 _FAKE_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {

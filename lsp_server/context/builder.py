@@ -37,6 +37,9 @@ class ContextSettings:
     snippet_fraction: float = 0.25  # of the budget, at most, for other-file snippets
     reserve_tokens: int = 128  # kept free of the model's context length for the completion itself
     tab_size: int = 4
+    # "auto": the shape measured best for the model (its catalog entry), else FIM where the tokenizer has
+    # FIM tokens; "fim" or "prefix-only" force one (what `specls bench lines --prompt-shape` compares).
+    prompt_shape: str = "auto"
 
 
 @dataclass
@@ -122,6 +125,18 @@ def _nearest_code_line(lines: list[str]) -> str | None:
     return next((line for line in lines if line.strip()), None)
 
 
+PROMPT_SHAPES = ("auto", "fim", "prefix-only")
+
+
+def choose_template(info: BackendInfo, requested: str = "auto") -> FimTemplate:
+    """The prompt template: a requested shape wins, then the model's measured one, then the tokens it has.
+    A FIM shape on a tokenizer without FIM tokens falls back to prefix-only (there is nothing to fill with)."""
+    shape = requested if requested != "auto" else info.prompt_shape
+    if shape == "prefix-only":
+        return PREFIX_ONLY
+    return detect_fim_template(info.special_tokens) or PREFIX_ONLY
+
+
 def build_completion_context(
     store: DocumentStore,
     uri: str,
@@ -147,7 +162,7 @@ def build_completion_context(
         suppress_in_comments=settings.suppress_in_comments,
         suppress_in_strings=settings.suppress_in_strings,
     )
-    template = detect_fim_template(info.special_tokens) or PREFIX_ONLY
+    template = choose_template(info, settings.prompt_shape)
     rules = SyntaxStopRules(
         mode=mode,
         line_before=line_before,
