@@ -22,7 +22,7 @@ CAPS: dict[str, Any] = {
 
 
 def _ready(tmp_path: Path, options: dict[str, Any] | None = None, raw_options: str | None = None) -> Served:
-    served = Served(["--backend", "local", "--dtype", "fp32"], tmp_path)
+    served = Served(["--backend", "local", "--target", "bundled", "--dtype", "fp32"], tmp_path)
     if raw_options is None:
         served.wire.initialize(options or {})
     else:  # a payload json.dumps cannot write (1e400)
