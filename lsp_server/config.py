@@ -9,6 +9,7 @@ applied last, so `specls serve --backend fake` wins over an editor's defaults.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -124,8 +125,15 @@ def _choice(options: tuple[str, ...]) -> ValueType:
     return ValueType("string", parse, choices=options)
 
 
+def _finite(value: Any) -> None:
+    # JSON's 1e400 arrives as inf (and int(inf) raises OverflowError, which would drop the whole payload)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("expected a finite number")
+
+
 def _int_in(low: int, high: int) -> ValueType:
     def parse(value: Any) -> int:
+        _finite(value)
         if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
             raise ValueError("expected a whole number")
         if not low <= value <= high:
@@ -137,6 +145,7 @@ def _int_in(low: int, high: int) -> ValueType:
 
 def _float_in(low: float, high: float) -> ValueType:
     def parse(value: Any) -> float:
+        _finite(value)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError("expected a number")
         if not low <= value <= high:
@@ -231,7 +240,7 @@ def _apply(
         path, parse = fields[key]
         try:
             obj = _replace_path(obj, path, parse(value))
-        except ValueError as exc:
+        except (ValueError, TypeError, OverflowError) as exc:
             report.invalid.append(
                 f"setting {where}{key!r}={value!r} is invalid ({exc}); ignored, the default stays"
             )
@@ -254,6 +263,27 @@ def apply_settings(raw: Any, base: ServerSettings) -> tuple[ServerSettings, Sett
     elif fake_raw is not None:
         report.invalid.append("setting 'fake' must be an object; ignored")
     return settings, report
+
+
+MIN_PROMPT_TOKENS = 64  # the least prompt a completion is worth making with
+
+
+def fit_to_model(settings: ServerSettings, context_length: int) -> tuple[ServerSettings, list[str]]:
+    """`settings` within what a model with a `context_length`-token window can do, and what was changed:
+    `maxNewTokens` leaves at least a minimum prompt, and the prompt budget leaves room for `maxNewTokens`."""
+    problems: list[str] = []
+    least_prompt = min(MIN_PROMPT_TOKENS, context_length // 4)
+    most_new = max(1, context_length - least_prompt)
+    max_new = settings.max_new_tokens
+    if max_new > most_new:
+        problems.append(
+            f"setting 'maxNewTokens'={max_new} does not fit the model's {context_length}-token window with a "
+            f"prompt; using {most_new}"
+        )
+        max_new = most_new
+    reserve = max(settings.context.reserve_tokens, max_new)
+    context = dataclasses.replace(settings.context, reserve_tokens=reserve)
+    return dataclasses.replace(settings, max_new_tokens=max_new, context=context), problems
 
 
 def settings_section(raw: Any) -> Any:
