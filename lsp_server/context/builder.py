@@ -88,6 +88,21 @@ def prompt_budget(info: BackendInfo, settings: ContextSettings) -> int:
     return max(0, min(settings.max_prompt_tokens, info.context_length - settings.reserve_tokens))
 
 
+MAX_LINE_BEFORE = 4000  # of a longer line, the stop rules see its indentation and its last characters
+MAX_CHARS_PER_TOKEN = 12  # no tokenizer packs more on average, so more text than this cannot fit a budget
+
+
+def bounded_line_before(text: str, offset: int) -> str:
+    """The cursor's line up to the cursor, bounded: a 2 MB minified line keeps its indentation and the last
+    MAX_LINE_BEFORE characters, so the stop rules cost the same on any line."""
+    start = text.rfind("\n", 0, offset) + 1  # a reverse byte scan: fast on any line
+    if offset - start <= MAX_LINE_BEFORE:
+        return text[start:offset]
+    line_before = text[start : start + 200] + text[offset - MAX_LINE_BEFORE : offset]
+    indent = line_before[: len(line_before) - len(line_before.lstrip(" \t"))][:200]
+    return indent + line_before[200:].lstrip(" \t")
+
+
 def block_indent_at(doc_text: str, offset: int, line_before: str, tab_size: int) -> int:
     """Lines of the completion indented less than this end the cursor's block."""
     if line_before.strip():
@@ -136,7 +151,7 @@ def build_completion_context(
     if not 0 <= offset <= len(text):
         raise ValueError(f"offset {offset} is outside {uri} (length {len(text)})")
     spec = language_spec(doc.language)
-    line_before = text[text.rfind("\n", 0, offset) + 1 : offset]
+    line_before = bounded_line_before(text, offset)
     tree = doc.tree
     mode = completion_mode(
         text,
@@ -228,8 +243,25 @@ def _fit_file_text(
     reach = max(budget, 0) + BLOCK_LINES
     first_line = max(0, line - reach)
     last_line = min(doc.line_count - 1, line + reach)
-    prefix_window = doc.text[doc.line_start(first_line) : offset]
+    # Long lines: no more characters than the budget could hold, so a 2 MB line is never tokenized whole.
+    most_chars = (max(budget, 0) + BLOCK_LINES) * MAX_CHARS_PER_TOKEN
+    # Cuts fall on a line start where one is in reach, else on a multiple of 4096 inside the huge line, so
+    # the prompt's ends stay put while the user types and a prefix-reusing cache keeps them.
+    prefix_start = doc.line_start(first_line)
+    if offset - prefix_start > most_chars:
+        cut = offset - most_chars
+        after_cut = doc.line_of(cut) + 1
+        prefix_start = doc.line_start(after_cut) if after_cut <= line else cut + (-cut % 4096)
+        first_line = doc.line_of(prefix_start)
+    prefix_window = doc.text[prefix_start:offset]
     suffix_end = doc.line_start(last_line + 1) if last_line + 1 < doc.line_count else len(doc.text)
+    if suffix_end - offset > most_chars:
+        cut = offset + most_chars
+        cut_line = doc.line_of(cut)
+        if cut_line > line:  # the window ends where line cut_line starts
+            suffix_end, last_line = doc.line_start(cut_line), cut_line - 1
+        else:
+            suffix_end, last_line = max(offset, cut - cut % 4096), line
     suffix_window = doc.text[offset:suffix_end]
     lines_after = max(0, doc.line_count - 2 - last_line)  # newlines after the window
     if template.order == "prefix-only":

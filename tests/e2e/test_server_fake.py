@@ -10,6 +10,7 @@ import asyncio
 import json
 import socket
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -533,10 +534,11 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-async def test_tcp_transport_binds_localhost() -> None:
+async def test_tcp_transport_binds_localhost(tmp_path: Path) -> None:
     port = _free_port()
+    token_file = tmp_path / "token"
     process = subprocess.Popen(
-        serve_command("--backend", "fake", "--tcp", "--port", str(port)),
+        serve_command("--backend", "fake", "--tcp", "--port", str(port), "--token-file", str(token_file)),
         cwd=REPO,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -551,9 +553,9 @@ async def test_tcp_transport_binds_localhost() -> None:
                 await asyncio.sleep(0.1)
         else:
             pytest.fail("the server did not listen on 127.0.0.1")
-        writer.write(
-            _frame({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}})
-        )
+        options = {"token": token_file.read_text().strip()}
+        params = {"capabilities": {}, "initializationOptions": options}
+        writer.write(_frame({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}))
         await writer.drain()
         response: dict[str, Any] = {}
         while response.get("id") != 1:  # log messages may come first

@@ -10,6 +10,7 @@ hash is refused; no temporary folder outlives a failed pull.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import json
 import multiprocessing
@@ -163,16 +164,19 @@ def test_an_assembled_file_with_another_hash_is_refused(
     assert not list(cache.glob("models/*.partial"))
 
 
-def test_a_read_only_cache_is_one_clear_error(cache: Path) -> None:
-    cache.mkdir(parents=True)
-    cache.chmod(0o500)
-    try:
-        if os.access(cache, os.W_OK):
-            pytest.skip("running as a user that can write a read-only folder (root)")
-        with pytest.raises(PullError, match="cannot write the model cache"):
+def test_a_read_only_cache_or_a_full_disk_is_one_clear_error(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Root writes anywhere, so the OS errors are raised where the cache is first written.
+    for code, message in ((errno.EROFS, "cannot write the model cache"), (errno.ENOSPC, "the disk is full")):
+
+        def refuse(self: Path, *args: Any, code: int = code, **kwargs: Any) -> None:
+            raise OSError(code, os.strerror(code), str(self))
+
+        monkeypatch.setattr(Path, "mkdir", refuse)
+        with pytest.raises(PullError, match=message) as caught:
             catalog.pull(NAME, progress=lambda line: None)
-    finally:
-        cache.chmod(0o700)
+        assert str(cache) in str(caught.value)
 
 
 def test_a_truncated_gguf_is_not_a_readable_file(tmp_path: Path) -> None:

@@ -136,9 +136,11 @@ def test_build_context_stays_within_budget_with_snippets() -> None:
     text = _source(300)
     store.open("file:///w/main.py", "python", 1, text)
     info = BackendInfo("fake", "t", None, SPECIAL_TOKENS, 1024, "cpu")
-    settings = ContextSettings(max_prompt_tokens=600)
+    # The tokenizer is trained on this repository's sources, so token counts drift as the code changes:
+    # the budget leaves the ~150-token snippet room to spare.
+    settings = ContextSettings(max_prompt_tokens=800)
     ctx = build_completion_context(store, "file:///w/main.py", len(text) // 2, info, settings, _count)
-    assert _count(ctx.prompt) <= 600
+    assert _count(ctx.prompt) <= 800
     assert ctx.lookup_snippets  # the other file shares identifiers with the code around the cursor
     assert ctx.prompt.startswith("<|sp_file_sep|>other.py\n") or ctx.prompt.startswith(
         "<|sp_file_sep|>w/other.py"
