@@ -111,15 +111,27 @@ def build_target_decoder(
     return HFDecoder(model, window), RuntimeChoice("transformers", dtype, reason)
 
 
-# The draft model's precision never changes the output, only how many drafts the target accepts, so on a
-# CPU the draft runs with int8 weights: its step is bound by reading its weights, and int8 halves them.
-# (Measured on Qwen2.5-Coder 0.5B drafting 1.5B, one thread: bench/results/decode-speed-qwen*.md.)
+# The draft model's precision never changes the output, only how many drafts the target accepts, so where
+# torch's packed int8 kernel is fast the draft runs with int8 weights: its step is bound by reading its
+# weights, and int8 halves bf16's bytes. That kernel is fast only with AVX-512: on an AVX-512/AMX CPU it ran
+# SmolLM2-135M's step matmuls in 6.2 ms against 15 (bf16) and 17 (fp32) (STACK-NOTES); on an AVX2-only CPU
+# one 9728x896 projection took 9.0 ms int8, 20 ms int4, 3.3 ms fp32 for one token, and 10-20x fp32's time
+# for 5-64 tokens (bench/results/decode-speed-qwen*.md), so there the draft keeps the model's dtype.
 DRAFT_AUTO_QUANTIZATION: Quantization = "int8"
 
 
-def choose_draft_quantization(requested: str, device_type: str) -> tuple[Quantization, str]:
+def cpu_capability() -> str:
+    """torch's vector ISA on this CPU ("AVX512", "AVX2", "DEFAULT", ...)."""
+    import torch
+
+    return str(torch.backends.cpu.get_cpu_capability())
+
+
+def choose_draft_quantization(
+    requested: str, device_type: str, capability: str | None = None
+) -> tuple[Quantization, str]:
     """The draft model's weight quantization and why: an explicit request wins; "auto" is
-    DRAFT_AUTO_QUANTIZATION on a CPU (the packed kernels) and none elsewhere."""
+    DRAFT_AUTO_QUANTIZATION on an AVX-512 CPU (where the packed kernel is fast) and none elsewhere."""
     if requested != "auto":
         if requested not in QUANTIZATIONS:
             raise RuntimeUnavailable(
@@ -128,6 +140,12 @@ def choose_draft_quantization(requested: str, device_type: str) -> tuple[Quantiz
         return requested, "requested"
     if device_type != "cpu":
         return "none", f"packed int8/int4 kernels are CPU only, the device is {device_type}"
+    capability = capability if capability is not None else cpu_capability()
+    if "AVX512" not in capability:
+        return (
+            "none",
+            f"torch's int8 kernel is slower than full precision without AVX-512 (CPU: {capability})",
+        )
     return (
         DRAFT_AUTO_QUANTIZATION,
         "a draft's precision changes only acceptance; int8 halves its step's reads",

@@ -12,8 +12,10 @@ from engine.runtime import RuntimeUnavailable, build_draft_decoder, choose_draft
 from engine.service import decoder_weight_mb, model_memory
 
 
-def test_auto_draft_weights_are_int8_on_cpu_and_full_precision_elsewhere() -> None:
-    assert choose_draft_quantization("auto", "cpu")[0] == "int8"
+def test_auto_draft_weights_are_int8_on_avx512_cpus_and_full_precision_elsewhere() -> None:
+    assert choose_draft_quantization("auto", "cpu", "AVX512")[0] == "int8"
+    none, why = choose_draft_quantization("auto", "cpu", "AVX2")
+    assert none == "none" and "AVX-512" in why
     assert choose_draft_quantization("auto", "cuda")[0] == "none"
     assert choose_draft_quantization("int4", "cpu") == ("int4", "requested")
     with pytest.raises(RuntimeUnavailable, match="unknown draft quantization"):
@@ -24,7 +26,7 @@ def test_a_llama_draft_runs_lean_with_quantized_weights_and_a_gpt2_one_on_transf
     torch.set_num_threads(1)
     model = tiny_llama(seed=2, hidden=64)
     reference = LeanLlamaDecoder(model).forward(prompt_ids(20)).argmax(-1)
-    decoder, choice = build_draft_decoder(model, 128, quantization="auto", release=True)
+    decoder, choice = build_draft_decoder(model, 128, quantization="int8", release=True)
     assert isinstance(decoder, LeanLlamaDecoder) and decoder.quantization == "int8"
     assert choice.weights == "fp32 + int8 weights"
     # int8 weights move logits a little; on this well-separated tiny model the argmax stays.
