@@ -116,14 +116,3 @@ def test_every_qwen_special_token_ends_a_completion_and_none_reaches_the_text(sm
 def test_every_drafter_is_token_identical_to_plain_greedy_on_the_small_model(small: Any) -> None:
     accepted = identical_for_every_drafter(small, ("lookup", "suffix", "stale", "hybrid"))
     assert accepted > NEW_TOKENS  # drafts were really accepted, so the identity means something
-
-
-@needs(SMALL, LARGE)
-def test_the_pair_is_token_identical_for_every_drafter_in_fp32() -> None:
-    from engine.models import default_draft
-
-    assert default_draft(LARGE) == SMALL  # the 0.5B model drafts for the 1.5B one by default
-    engine = load(LARGE, SMALL)
-    assert engine.draft_decoder is not None
-    accepted = identical_for_every_drafter(engine, ("model", "lookup", "stale", "hybrid"))
-    assert accepted > 2 * NEW_TOKENS
