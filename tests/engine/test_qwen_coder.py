@@ -63,9 +63,12 @@ def complete(engine: Any, prompt: str, drafter: str, **extra: Any) -> Any:
     )
 
 
-def identical_for_every_drafter(engine: Any, drafters: tuple[str, ...]) -> int:
-    """Asserts each drafter's output equals plain greedy on every prompt; returns the accepted drafts."""
-    accepted = 0
+def identical_for_every_drafter(
+    engine: Any, drafters: tuple[str, ...], **request: Any
+) -> dict[str, list[int]]:
+    """Asserts each drafter's output equals plain greedy on every prompt; returns each drafter's
+    [accepted, drafted] tokens."""
+    counts = {drafter: [0, 0] for drafter in drafters}
     for prompt in PROMPTS:
         plain = complete(engine, prompt, "none")
         assert len(plain.token_ids) >= 8, "plain decoding produced (almost) nothing"
@@ -76,11 +79,12 @@ def identical_for_every_drafter(engine: Any, drafters: tuple[str, ...]) -> int:
             "hybrid": {"suffix": SUFFIX, "previous_completion": stale},
         }
         for drafter in drafters:
-            result = complete(engine, prompt, drafter, **extra.get(drafter, {}))
+            result = complete(engine, prompt, drafter, **extra.get(drafter, {}), **request)
             assert result.token_ids == plain.token_ids, f"{drafter} differs on {prompt[-30:]!r}"
             assert result.finish_reason == plain.finish_reason
-            accepted += result.stats["accepted"]
-    return accepted
+            counts[drafter][0] += result.stats["accepted"]
+            counts[drafter][1] += result.stats["drafted"]
+    return counts
 
 
 @needs(SMALL)
@@ -114,5 +118,5 @@ def test_every_qwen_special_token_ends_a_completion_and_none_reaches_the_text(sm
 
 @needs(SMALL)
 def test_every_drafter_is_token_identical_to_plain_greedy_on_the_small_model(small: Any) -> None:
-    accepted = identical_for_every_drafter(small, ("lookup", "suffix", "stale", "hybrid"))
-    assert accepted > NEW_TOKENS  # drafts were really accepted, so the identity means something
+    counts = identical_for_every_drafter(small, ("lookup", "suffix", "stale", "hybrid"))
+    assert sum(accepted for accepted, _ in counts.values()) > NEW_TOKENS  # the identity means something
