@@ -67,8 +67,9 @@ class FairQueue:
 
 
 def is_current(store: DocumentStore, uri: str, version: int) -> bool:
-    """True while the document is open and still at `version`."""
+    """True while the document is open, still at `version` and in sync with the client."""
     try:
-        return store.get(uri).version == version
+        document = store.get(uri)
+        return document.version == version and document.servable
     except UnknownDocumentError:
         return False

@@ -199,7 +199,7 @@ class Scheduler:
     def _locate(self, uri: str, line: int, character: int) -> tuple[int, str, int] | None:
         """(version, text, cursor offset) of a request, or None (logged) when it points nowhere."""
         try:
-            document = self.store.get(uri)
+            document = self.store.servable(uri)  # not one whose copy may differ from the client's
             offset = self.store.offset_at(uri, line, character)
         except (UnknownDocumentError, PositionError) as exc:
             self._on_log(logging.WARNING, f"completion at {uri}:{line}:{character} not served: {exc}")

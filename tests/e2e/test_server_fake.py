@@ -354,7 +354,16 @@ async def test_bad_input_is_answered_and_the_server_stays_up() -> None:
         assert any("out of sync" in m for m in messages)
         assert any("nowhere.py" in m for m in messages)
         assert any(m.startswith("did_close failed: UnknownDocumentError") for m in messages)
-        # After all of that, the document that was edited badly is intact and completes.
+        # After all of that, the document that was edited badly gets nothing until the client's full text
+        # resyncs it (the client applied the edit; our copy no longer matches), then it completes.
+        assert await session.suggestion(URI) == ""
+        session.versions[URI] = 3
+        client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                types.VersionedTextDocumentIdentifier(3, URI),
+                [types.TextDocumentContentChangeWholeDocument(session.texts[URI])],
+            )
+        )
         assert await session.suggestion(URI) == GREET[1]
         stats = await session.stats()
         assert stats["failed_generations"] == 1
