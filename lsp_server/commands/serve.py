@@ -10,7 +10,9 @@ import logging
 import sys
 from typing import Any
 
+from engine.api import QUANTIZATIONS, RUNTIMES
 from lsp_server.commands.model_args import add_model_arguments
+from lsp_server.config import BACKENDS
 from lsp_server.secrets import RedactingFormatter
 
 
@@ -27,9 +29,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "folder); an existing private file is used as it is, else a fresh token is written there",
     )
     model = parser.add_argument_group("model (overrides the editor's settings)")
-    model.add_argument("--backend", choices=("local", "openai", "fake"))
+    model.add_argument("--backend", choices=BACKENDS)
     add_model_arguments(model, dtype_default=None)
     model.add_argument("--device", help="auto, cpu, cuda, ...")
+    model.add_argument("--runtime", choices=RUNTIMES, help="what decodes the target (default: auto)")
+    model.add_argument(
+        "--quantize", choices=QUANTIZATIONS, help="torch runtime: int8 or int4 weights (default: none)"
+    )
     model.add_argument("--endpoint", help="OpenAI-compatible base URL (with --backend openai)")
     model.add_argument("--model", dest="remote_model", help="model name at the endpoint")
     fake = parser.add_argument_group("fake backend (tests and client development)")
@@ -51,6 +57,8 @@ def cli_settings(args: argparse.Namespace) -> dict[str, Any]:
         ("draft", "draft"),
         ("device", "device"),
         ("dtype", "dtype"),
+        ("runtime", "runtime"),
+        ("quantize", "quantize"),
         ("endpoint", "endpoint"),
         ("remote_model", "remoteModel"),
     ):
