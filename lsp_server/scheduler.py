@@ -242,7 +242,6 @@ class Scheduler:
             doc_text=text,
             anchor=offset,
             previous_completion=previous.text if previous is not None else "",
-            requested_at=time.monotonic(),
         )
         self._latest[uri] = generation
         self._latest.move_to_end(uri)

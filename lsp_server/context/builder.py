@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from engine.api import BackendInfo, StopCheck
+from engine.words import ascii_word, word_start
 from lsp_server.context.fim import (
     BLOCK_LINES,
     PREFIX_ONLY,
@@ -59,7 +60,6 @@ class CompletionContext:
     indent_style: IndentStyle = field(default_factory=IndentStyle)  # how the file indents
 
 
-WORD_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 MAX_HEALED_WORD = 40  # longer runs (minified code, hashes) are not worth re-generating
 
 
@@ -72,14 +72,14 @@ def healed_fragment(prefix: str) -> str:
     and a line break to the indentation after it ("\n   "), so a prompt that ends in a line break or in
     indentation asks for tokens the model rarely saw there, and it answers with stray spaces, an empty line
     or code for column 0. So the word fragment before the cursor and all the whitespace before it (line
-    breaks included) leave the prompt together; some text always stays in it.
+    breaks included) leave the prompt together; some text always stays in it. A word with a letter outside
+    ASCII stays whole in the prompt: the model could not spell it back (`engine.words`).
     """
-    word_start = len(prefix)
-    while word_start > 0 and prefix[word_start - 1] in WORD_CHARACTERS:
-        word_start -= 1
-    if len(prefix) - word_start > MAX_HEALED_WORD:
+    start_of_word = word_start(prefix)
+    word = prefix[start_of_word:]
+    if len(word) > MAX_HEALED_WORD or not ascii_word(word):
         return ""
-    start = len(prefix[:word_start].rstrip(" \t\r\n"))
+    start = len(prefix[:start_of_word].rstrip(" \t\r\n"))
     return prefix[start:] if prefix[:start].strip() else ""
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from lsprotocol import types
 
+from engine.words import word_start
 from lsp_server.documents import PositionError, UnknownDocumentError
 from lsp_server.handlers.guard import guarded
 from lsp_server.language_server import SpeclsServer
@@ -94,15 +95,11 @@ def _completion_item(
     try:
         document = ls.store.get(uri)
         cursor = ls.store.offset_at(uri, position.line, position.character)
-        word_start = cursor
-        while word_start > 0 and (
-            document.text[word_start - 1].isalnum() or document.text[word_start - 1] == "_"
-        ):
-            word_start -= 1
-        start_line, start_character = ls.store.position_at(uri, word_start)
+        start = word_start(document.text, cursor)
+        start_line, start_character = ls.store.position_at(uri, start)
     except (UnknownDocumentError, PositionError):
         return None  # the document changed while we generated; the client asks again
-    word = document.text[word_start:cursor]
+    word = document.text[start:cursor]
     suggestion = Suggestion(
         _in_line_endings_of(ls, uri, position.line, suggestion.text), suggestion.suggestion_id
     )

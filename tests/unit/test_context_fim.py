@@ -16,7 +16,6 @@ from lsp_server.context.fim import (
     BUNDLED,
     Snippet,
     fit_prefix_suffix,
-    prefix_reuse_rate,
 )
 from lsp_server.documents import DocumentStore, TextChange
 
@@ -156,6 +155,16 @@ def test_prefix_only_fallback_without_fim_tokens() -> None:
     )
     assert ctx.prompt == "x = 1\ny = "
     assert ctx.suffix == ""
+
+
+def prefix_reuse_rate(token_sequences: list[list[int]]) -> float:
+    """Fraction of each prompt's tokens already present as a prefix of the prompt before it, over
+    consecutive prompts (the first prompt is not counted): what the layout keeps of the KV cache."""
+    reused = total = 0
+    for previous, current in zip(token_sequences, token_sequences[1:], strict=False):
+        reused += common_prefix_length(previous, current)
+        total += len(current)
+    return reused / total if total else 0.0
 
 
 def test_consecutive_keystrokes_share_a_long_token_prefix() -> None:
