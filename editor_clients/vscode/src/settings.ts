@@ -67,6 +67,8 @@ export const SERVER_KEYS: readonly ServerKey[] = [
 export const RESTART_KEYS: readonly string[] = [
   "serverCommand",
   "serverArgs",
+  "tcp",
+  "tcpTokenFile",
   "backend",
   "target",
   "draft",
