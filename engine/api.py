@@ -17,6 +17,12 @@ from engine.costs import StepCosts
 
 # What `CompletionRequest.drafter` may name.
 DRAFTERS = ("model", "lookup", "suffix", "stale", "hybrid", "none")
+# What decodes the target (`engine.runtime`) and which weight-only quantization it applies (`engine.quantize`);
+# here so the server's settings can name them without importing torch.
+RuntimeName = Literal["auto", "llama.cpp", "torch"]
+RUNTIMES: tuple[RuntimeName, ...] = ("auto", "llama.cpp", "torch")
+Quantization = Literal["none", "int8", "int4"]
+QUANTIZATIONS: tuple[Quantization, ...] = ("none", "int8", "int4")
 
 FinishReason = Literal["length", "eos", "stop", "cancelled", "error"]
 

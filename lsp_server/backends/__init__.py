@@ -41,7 +41,12 @@ def create_backend(settings: ServerSettings) -> CompletionBackend:
         from engine.service import LocalEngine  # type: ignore[import-not-found,unused-ignore]
 
         local: CompletionBackend = LocalEngine(
-            target=local_target(settings), draft=settings.draft, device=settings.device, dtype=settings.dtype
+            target=local_target(settings),
+            draft=settings.draft,
+            device=settings.device,
+            dtype=settings.dtype,
+            runtime=settings.runtime,
+            quantization=settings.quantize,
         )
         return local
     raise ValueError(f"unknown backend {settings.backend!r}")

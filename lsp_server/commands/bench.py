@@ -1,7 +1,8 @@
 """`specls bench`: throughput against peers, learned draft lengths, keystroke latency, suggestions at line starts
-(see bench/README.md).
+and HumanEval infilling (see bench/README.md): each benchmark's arguments, then a call into `bench/`.
 
-The benchmarks live in the `bench/` folder of a source checkout; run this from the repository root.
+`bench/` is not an installed package: it is found beside `lsp_server/` in the source checkout, from any working
+directory; results go to `--out` (default: bench/results, relative to the working directory).
 """
 
 from __future__ import annotations
