@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from engine.api import BackendInfo, CompletionBackend, CompletionResult
+from engine.api import BackendInfo, CompletionBackend, CompletionResult, FinishReason
 from lsp_server.config import ServerSettings
 from lsp_server.context import CompletionContext, ContextSettings
 from lsp_server.context.request import engine_request
@@ -163,7 +163,7 @@ class EngineWorker:
     def _run(self, generation: Generation) -> None:
         backend, info, settings = self._backend, self._info, self._settings()
         if backend is None or info is None or generation.cancel.cancelled:
-            self._post(self._on_done, generation, "", CompletionResult("", "cancelled"), None)
+            self._post(self._on_done, generation, "", _empty("cancelled", "cancelled-before-start"), None)
             return
         try:
             with self._store_lock:
@@ -178,10 +178,10 @@ class EngineWorker:
                         backend.count_tokens,
                     )
             if ctx is None:  # edited or closed since the request: the client asks again
-                self._post(self._on_done, generation, "", CompletionResult("", "cancelled"), None)
+                self._post(self._on_done, generation, "", _empty("cancelled", "stale-context"), None)
                 return
             if ctx.mode == "none":
-                self._post(self._on_done, generation, "", CompletionResult("", "stop"), None)
+                self._post(self._on_done, generation, "", _empty("stop", f"mode-none:{ctx.why_none}"), None)
                 return
             request = engine_request(ctx, settings, previous_completion=generation.previous_completion)
             self._post(self._on_started)
@@ -201,3 +201,8 @@ class EngineWorker:
             self._post(self._on_done, generation, "", None, f"{type(exc).__name__}: {exc}")
             return
         self._post(self._on_done, generation, text, result, None)
+
+
+def _empty(finish: FinishReason, why: str) -> CompletionResult:
+    """A result with no text that says why (counted in `specls/stats` under `empty_reasons`)."""
+    return CompletionResult("", finish, stats={"empty_reason": why})

@@ -38,6 +38,7 @@ class Generation:
     agreed_typing: str = ""  # the latest typing after the anchor that this generation still agrees with
     done: bool = False
     failed: bool = False
+    end_reason: str = ""  # why it ended without text to serve (for the empty-answer counts)
     waiters: list[Waiter] = field(default_factory=list)
 
 

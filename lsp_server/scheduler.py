@@ -133,19 +133,19 @@ class Scheduler:
             return
         queued = self._worker.withdraw(uri)
         if queued is not None:  # not started yet: its prompt is already stale, the client will ask again
-            self._finish(queued, cancelled=True)
+            self._finish(queued, cancelled=True, reason="edited-before-start")
             return
         typed = self._typed_after(generation)
         if typed is not None and still_agrees(generation.text, typed):
             generation.agreed_typing = typed
             return
-        self._cancel(generation)
+        self._cancel(generation, "edited")
 
     def document_closed(self, uri: str) -> None:
         generation = self._latest.pop(uri, None)
         if generation is not None and not generation.done:
             self._worker.withdraw(uri)
-            self._cancel(generation)
+            self._cancel(generation, "closed")
 
     # --- requests (event loop) ---
 
@@ -154,19 +154,22 @@ class Scheduler:
         started = time.monotonic()
         self.stats.requests += 1
         answer = await self._complete(uri, line, character)
-        if answer is None or not answer.text:
+        if isinstance(answer, str) or not answer.text:
             self.stats.answered_empty += 1
+            # Why, counted: `specls/stats` and the keystroke benchmark show what keeps ghost text away.
+            self.stats.empty_reasons[answer if isinstance(answer, str) else "nothing-left"] += 1
             answer = None
         self.stats.latencies_ms.append((time.monotonic() - started) * 1000)
         self._on_completion()
         return answer
 
-    async def _complete(self, uri: str, line: int, character: int) -> Suggestion | None:
+    async def _complete(self, uri: str, line: int, character: int) -> Suggestion | str:
+        """A suggestion, or why the answer is empty."""
         if self.state != "ready":
-            return None
+            return f"backend-{self.state}"
         located = self._locate(uri, line, character)
         if located is None:
-            return None
+            return "bad-position"
         version, text, offset = located
         self.store.touch(uri)
 
@@ -178,18 +181,20 @@ class Scheduler:
                 if reused is not None:
                     return reused
                 if not self._is_current(uri, version):
-                    return None  # a newer edit arrived while we waited; a newer request owns the document
+                    return "superseded"  # a newer edit arrived while we waited; a newer request owns it
 
         if self.settings.debounce_ms > 0:
             self._debounce_seq[uri] += 1
             seq = self._debounce_seq[uri]
             await asyncio.sleep(self.settings.debounce_ms / 1000)
             if self._debounce_seq[uri] != seq or not self._is_current(uri, version):
-                return None  # superseded while we waited
+                return "superseded"  # superseded while we waited
 
         generation = self._submit(uri, version, text, offset, self._latest.get(uri))
         answer = await self._wait(generation, typed="")
-        return Suggestion(answer, f"{generation.id}") if answer else None
+        if answer is None:
+            return "diverged"  # the typing went elsewhere while it generated
+        return Suggestion(answer, f"{generation.id}") if answer else generation.end_reason or "nothing-left"
 
     def _locate(self, uri: str, line: int, character: int) -> tuple[int, str, int] | None:
         """(version, text, cursor offset) of a request, or None (logged) when it points nowhere."""
@@ -204,10 +209,10 @@ class Scheduler:
     def _is_current(self, uri: str, version: int) -> bool:
         return is_current(self.store, uri, version)
 
-    async def _reuse(self, generation: Generation, typed: str) -> Suggestion | None:
+    async def _reuse(self, generation: Generation, typed: str) -> Suggestion | str | None:
         """Serve from a generation the user's typing still agrees with.
 
-        None means "start a new generation"; a Suggestion with empty text is a final empty answer."""
+        None means "start a new generation"; a string is a final empty answer and says why."""
         suggestion_id = f"{generation.id}+{len(typed)}"
         if generation.done:
             remainder = remainder_after(generation.text, typed)
@@ -221,15 +226,16 @@ class Scheduler:
         answer = await self._wait(generation, typed)
         if answer is None:
             return None
-        if answer:
-            self.stats.typed_ahead_hits += 1
+        if not answer:
+            return generation.end_reason or "nothing-left"
+        self.stats.typed_ahead_hits += 1
         return Suggestion(answer, suggestion_id)
 
     def _submit(
         self, uri: str, version: int, text: str, offset: int, previous: Generation | None
     ) -> Generation:
         if previous is not None and not previous.done:
-            self._cancel(previous)  # newest wins
+            self._cancel(previous, "superseded")  # newest wins
         generation = Generation(
             id=next(self._ids),
             uri=uri,
@@ -246,7 +252,7 @@ class Scheduler:
         self._stop_orphans(except_uri=uri)
         replaced = self._worker.submit(generation)
         if replaced is not None:
-            self._finish(replaced, cancelled=True)
+            self._finish(replaced, cancelled=True, reason="superseded")
         return generation
 
     async def _wait(self, generation: Generation, typed: str) -> str | None:
@@ -266,13 +272,14 @@ class Scheduler:
             return
         queued = self._worker.withdraw_if_queued(generation)
         if queued is not None:
-            self._finish(queued, cancelled=True)
+            self._finish(queued, cancelled=True, reason="client-cancelled")
         # A running generation with nobody waiting may still serve typed-ahead, so it keeps going until other
         # work arrives (_stop_orphans), the document changes against it, or it finishes.
 
     def _stop_orphans(self, except_uri: str) -> None:
         for generation in self._latest.values():
             if generation.uri != except_uri and not generation.done and not generation.waiters:
+                generation.end_reason = "orphaned"
                 generation.cancel.cancel()
 
     # --- waiters (event loop) ---
@@ -304,7 +311,7 @@ class Scheduler:
                 if waiter.typed_when_asked == generation.agreed_typing:
                     waiter.future.set_result(None)
                     generation.waiters.remove(waiter)
-            self._cancel(generation)
+            self._cancel(generation, "diverged")
             return
         for waiter in list(generation.waiters):
             self._evaluate(generation, waiter)
@@ -320,30 +327,34 @@ class Scheduler:
             self.stats.failed_generations += 1
             self._on_log(logging.ERROR, f"completion failed: {error}")
         cancelled = result is not None and result.finish_reason == "cancelled"
+        why = str(result.stats.get("empty_reason", "")) if result is not None else "failed"
         if cancelled or error is not None:
-            self._finish(generation, cancelled=True, failed=error is not None)
+            self._finish(generation, cancelled=True, failed=error is not None, reason=why or "cancelled")
         else:
             generation.text = text
-            self._finish(generation)
+            self._finish(generation, reason=why or ("" if text else "generated-nothing"))
 
-    def _finish(self, generation: Generation, *, cancelled: bool = False, failed: bool = False) -> None:
+    def _finish(
+        self, generation: Generation, *, cancelled: bool = False, failed: bool = False, reason: str = ""
+    ) -> None:
         if generation.done:
             return
         generation.done = True
+        generation.end_reason = generation.end_reason or reason
         generation.failed = failed or cancelled  # a cut-off suggestion is not served from the cache
         for waiter in list(generation.waiters):
             self._evaluate(generation, waiter)
 
-    def _cancel(self, generation: Generation) -> None:
+    def _cancel(self, generation: Generation, reason: str) -> None:
         """Stop a generation (the engine sees the cancel within one round) and answer its waiters now."""
         generation.cancel.cancel()
-        self._finish(generation, cancelled=True)
+        self._finish(generation, cancelled=True, reason=reason)
 
     def _cancel_everything(self) -> None:
         for queued in self._worker.drain():
-            self._finish(queued, cancelled=True)
+            self._finish(queued, cancelled=True, reason="reloaded")
         for generation in self._latest.values():
-            self._cancel(generation)
+            self._cancel(generation, "reloaded")
         self._latest.clear()
 
     def _typed_after(

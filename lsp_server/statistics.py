@@ -52,6 +52,8 @@ class Statistics:
     last_finish_reason: str | None = None
     # Completions each stop rule cut, by rule name ("repetition" is the degeneration guard).
     stop_rules_fired: collections.Counter[str] = field(default_factory=collections.Counter)
+    # Empty answers by why: "superseded", "diverged", "mode-none:mid-word", "generated-nothing", ...
+    empty_reasons: collections.Counter[str] = field(default_factory=collections.Counter)
 
     def record_engine(self, result: CompletionResult) -> None:
         self.last_finish_reason = result.finish_reason
@@ -91,4 +93,5 @@ class Statistics:
             "last_engine_stats": self.last_engine_stats,
             "last_finish_reason": self.last_finish_reason,
             "stop_rules_fired": dict(self.stop_rules_fired),
+            "empty_reasons": dict(self.empty_reasons),
         }

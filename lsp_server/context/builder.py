@@ -54,6 +54,7 @@ class CompletionContext:
         ""  # the spaces and word fragment at the cursor, left out of the prompt (token healing)
     )
     indent_style: IndentStyle = field(default_factory=IndentStyle)  # how the file indents
+    why_none: str = ""  # with mode "none": "mid-word" or "in-literal" (a suppressed string or comment)
 
 
 WORD_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
@@ -101,6 +102,10 @@ def block_indent_at(doc_text: str, offset: int, line_before: str, tab_size: int)
         from_previous = indent_width(previous, tab_size) + (1 if opens_block(previous) else 0)
     from_following = indent_width(following, tab_size) if following is not None else 0
     return min(from_previous, from_following)
+
+
+def _splits_word(text: str, offset: int) -> bool:
+    return 0 < offset < len(text) and text[offset] in WORD_CHARACTERS and text[offset - 1] in WORD_CHARACTERS
 
 
 def _nearest_code_line(lines: list[str]) -> str | None:
@@ -158,6 +163,7 @@ def build_completion_context(
             rules,
             "",
             style,
+            "mid-word" if _splits_word(text, offset) else "in-literal",
         )
 
     budget = prompt_budget(info, settings)
