@@ -233,11 +233,11 @@ def server_deltas(before: dict[str, Any], after: dict[str, Any]) -> dict[str, An
     requests = counted("requests")
     prompt_tokens = delta("prompt_tokens")
     cancel_idle = after.get("cancel_to_idle_ms", [])[len(before.get("cancel_to_idle_ms", [])) :]
-    empty_before = before.get("empty_reasons") or {}
+    empty_before = dict(before.get("empty_reasons") or [])
     empty = {
-        reason: count - int(empty_before.get(reason, 0))
-        for reason, count in (after.get("empty_reasons") or {}).items()
-        if count - int(empty_before.get(reason, 0))
+        str(reason): int(count) - int(empty_before.get(reason, 0))
+        for reason, count in after.get("empty_reasons") or []
+        if int(count) - int(empty_before.get(reason, 0))
     }
     return {
         "requests": requests,

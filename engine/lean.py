@@ -9,6 +9,7 @@ may hold int8 or int4 weights (`engine.quantize`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -20,6 +21,13 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 PREFILL_CHUNK = 512  # bounds the attention scores buffer for long prompts
+# An interruptible prefill (a request that may be cancelled, a warm-up) goes in smaller pieces and checks
+# between layers too: a cancel then waits for a few layers of one piece, and only that piece is lost.
+INTERRUPTIBLE_CHUNK = 128
+
+
+class _Stopped(Exception):
+    """Ends a prefill piece part-way; the cache keeps the pieces before it."""
 
 
 def supports_lean(model: PreTrainedModel) -> bool:
@@ -111,8 +119,23 @@ class LeanLlamaDecoder:
         for start in range(0, len(token_ids), PREFILL_CHUNK):
             self._run(token_ids[start : start + PREFILL_CHUNK], logits=False)
 
+    def prefill_interruptibly(self, token_ids: list[int], should_stop: Callable[[], bool]) -> int:
+        """Prefill in pieces until `should_stop()`, checked before every piece and every layer; a piece
+        stopped part-way is forgotten (its slots are overwritten later). Returns the tokens now cached."""
+        done = 0
+        for start in range(0, len(token_ids), INTERRUPTIBLE_CHUNK):
+            piece = token_ids[start : start + INTERRUPTIBLE_CHUNK]
+            try:
+                self._run(piece, logits=False, should_stop=should_stop)
+            except _Stopped:
+                break
+            done += len(piece)
+        return done
+
     @torch.inference_mode()
-    def _run(self, token_ids: list[int], logits: bool) -> torch.Tensor:
+    def _run(
+        self, token_ids: list[int], logits: bool, should_stop: Callable[[], bool] | None = None
+    ) -> torch.Tensor:
         count = len(token_ids)
         start = len(self._tokens)
         end = start + count
@@ -135,6 +158,8 @@ class LeanLlamaDecoder:
         rotated_width = (heads + kv_heads) * head_dim  # q and k columns of the fused projection
         norm_shape, eps = (self.hidden_size,), self.eps
         for keys, values, layer in zip(self.keys, self.values, self.layers, strict=True):
+            if should_stop is not None and should_stop():
+                raise _Stopped
             qkv = layer.qkv(F.rms_norm(hidden, norm_shape, layer.input_norm, eps))
             # q and k heads take their rotary embedding together: one rope over [count, heads + kv_heads].
             qk = _rope(qkv[:, :rotated_width].view(count, heads + kv_heads, head_dim), cos, signed_sin)

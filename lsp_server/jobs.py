@@ -18,6 +18,7 @@ class Waiter:
     typed_when_asked: str  # what the user had typed after the generation's anchor when the request arrived
     first_line_only: bool
     future: asyncio.Future[str | None]  # the text to answer with, or None: diverged, start a new generation
+    partial_due: bool = False  # past the partial-answer deadline: any non-blank text so far will do
 
 
 @dataclass

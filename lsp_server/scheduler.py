@@ -16,6 +16,10 @@ Policy.
   `previous_completion`, so the stale drafter can re-verify it in one pass.
 - Every request gets an answer: a suggestion, an empty one, or (after `$/cancelRequest`, done by pygls when
   the awaiting task is cancelled) error -32800.
+- While the user is idle the engine warms its KV cache with the prompt the next request will need: when a
+  file opens (the cursor unknown: its longest start that fits the budget), when the client reports the
+  cursor (`specls/cursor`), on save, and `warmIdleMs` after the last request (which resumes a prefill that
+  typing cancelled). Any real request pre-empts a warm-up; what it computed stays cached.
 """
 
 from __future__ import annotations
@@ -31,11 +35,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
-from engine.api import BackendInfo, CompletionBackend, CompletionResult
+from engine.api import BackendInfo, CompletionBackend, CompletionResult, WarmResult
 from lsp_server.config import ServerSettings
 from lsp_server.context import build_completion_context, finalize_completion
 from lsp_server.documents import DocumentStore, PositionError, UnknownDocumentError
-from lsp_server.engine_worker import ContextBuilder, EngineWorker, Finalizer
+from lsp_server.engine_worker import ContextBuilder, EngineWorker, Finalizer, WarmJob
 from lsp_server.jobs import Generation, Waiter, is_current
 from lsp_server.statistics import Statistics
 from lsp_server.typed_ahead import complete_first_line, remainder_after, still_agrees, typed_since
@@ -78,6 +82,9 @@ class Scheduler:
         self._ids = itertools.count(1)
         self._latest: collections.OrderedDict[str, Generation] = collections.OrderedDict()
         self._debounce_seq: collections.Counter[str] = collections.Counter()
+        self._request_seq: collections.Counter[str] = collections.Counter()  # for the idle warm-up
+        self._cursors: dict[str, int] = {}  # the last known cursor offset per document
+        self._last_uri: str | None = None
         # Held by the loop while it edits documents and by the worker while it builds a prompt.
         self.store_lock = threading.Lock()
         self._worker = EngineWorker(
@@ -92,6 +99,7 @@ class Scheduler:
             on_text=self._on_text,
             on_done=self._on_done,
             on_cancel_to_idle=self.stats.cancel_to_idle_ms.append,
+            on_warmed=self._on_warmed,
         )
 
     # --- lifecycle (event loop) ---
@@ -118,6 +126,10 @@ class Scheduler:
         self._cancel_everything()
         self._worker.stop()
 
+    @property
+    def generating(self) -> bool:
+        return any(not generation.done for generation in self._latest.values())
+
     @contextmanager
     def editing(self) -> Iterator[DocumentStore]:
         """Edit documents without racing the worker's prompt building."""
@@ -141,7 +153,25 @@ class Scheduler:
             return
         self._cancel(generation, "edited")
 
+    def document_opened(self, uri: str) -> None:
+        self._last_uri = uri
+        self._warm(uri, self._cursors.get(uri), "open")
+
+    def document_saved(self, uri: str) -> None:
+        self._warm(uri, self._cursors.get(uri), "save")
+
+    def cursor_moved(self, uri: str, line: int, character: int) -> None:
+        """The client says where the cursor is (focus, selection or visible range): warm there."""
+        try:
+            offset = self.store.offset_at(uri, line, character)
+        except (UnknownDocumentError, PositionError):
+            return
+        self._cursors[uri] = offset
+        self._last_uri = uri
+        self._warm(uri, offset, "cursor")
+
     def document_closed(self, uri: str) -> None:
+        self._cursors.pop(uri, None)
         generation = self._latest.pop(uri, None)
         if generation is not None and not generation.done:
             self._worker.withdraw(uri)
@@ -154,14 +184,14 @@ class Scheduler:
         started = time.monotonic()
         self.stats.requests += 1
         answer = await self._complete(uri, line, character)
-        if isinstance(answer, str) or not answer.text:
+        suggestion = answer if isinstance(answer, Suggestion) and answer.text else None
+        if suggestion is None:
             self.stats.answered_empty += 1
             # Why, counted: `specls/stats` and the keystroke benchmark show what keeps ghost text away.
             self.stats.empty_reasons[answer if isinstance(answer, str) else "nothing-left"] += 1
-            answer = None
         self.stats.latencies_ms.append((time.monotonic() - started) * 1000)
         self._on_completion()
-        return answer
+        return suggestion
 
     async def _complete(self, uri: str, line: int, character: int) -> Suggestion | str:
         """A suggestion, or why the answer is empty."""
@@ -172,6 +202,10 @@ class Scheduler:
             return "bad-position"
         version, text, offset = located
         self.store.touch(uri)
+        self._cursors[uri] = offset
+        self._last_uri = uri
+        self._request_seq[uri] += 1
+        self._schedule_idle_warm(uri, self._request_seq[uri])
 
         previous = self._latest.get(uri)
         if previous is not None:
@@ -191,7 +225,7 @@ class Scheduler:
                 return "superseded"  # superseded while we waited
 
         generation = self._submit(uri, version, text, offset, self._latest.get(uri))
-        answer = await self._wait(generation, typed="")
+        answer = await self._wait(generation, "", self._partial_after(text, offset))
         if answer is None:
             return "diverged"  # the typing went elsewhere while it generated
         return Suggestion(answer, f"{generation.id}") if answer else generation.end_reason or "nothing-left"
@@ -223,7 +257,8 @@ class Scheduler:
         if not still_agrees(generation.text, typed):
             return None
         generation.agreed_typing = typed
-        answer = await self._wait(generation, typed)
+        partial = self._partial_after(generation.doc_text, generation.anchor, typed)
+        answer = await self._wait(generation, typed, 0.0 if partial is not None else None)
         if answer is None:
             return None
         if not answer:
@@ -255,9 +290,36 @@ class Scheduler:
             self._finish(replaced, cancelled=True, reason="superseded")
         return generation
 
-    async def _wait(self, generation: Generation, typed: str) -> str | None:
-        waiter = Waiter(typed, self.settings.first_line_first, asyncio.get_running_loop().create_future())
+    def _partial_after(self, text: str, offset: int, typed: str = "") -> float | None:
+        """Seconds after which a request may be answered with the text generated so far: mid-line only,
+        where people type on (at a line start they pause, and wait for a whole line)."""
+        line_before = text[text.rfind("\n", 0, offset) + 1 : offset] + typed
+        if self.settings.partial_after_ms <= 0 or not line_before.strip() or "\n" in typed:
+            return None
+        return self.settings.partial_after_ms / 1000
+
+    async def _wait(
+        self, generation: Generation, typed: str, partial_after: float | None = None
+    ) -> str | None:
+        """The answer for a request that waits on `generation`: its whole text when it finishes in time, its
+        first line once `firstLineMs` have passed (at once with `firstLineFirst`), and mid-line whatever it
+        has after `partial_after` seconds (None: never)."""
+        loop = asyncio.get_running_loop()
+        first_line_now = self.settings.first_line_first or self.settings.first_line_ms <= 0
+        waiter = Waiter(typed, first_line_now, loop.create_future())
         generation.waiters.append(waiter)
+
+        def due(flag: str) -> None:
+            setattr(waiter, flag, True)
+            if waiter in generation.waiters:
+                self._evaluate(generation, waiter)
+
+        if not first_line_now:
+            loop.call_later(self.settings.first_line_ms / 1000, due, "first_line_only")
+        if partial_after is not None and partial_after <= 0:
+            waiter.partial_due = True
+        elif partial_after is not None:
+            loop.call_later(partial_after, due, "partial_due")
         self._evaluate(generation, waiter)
         try:
             return await waiter.future
@@ -293,10 +355,12 @@ class Scheduler:
             waiter.future.set_result("" if generation.failed else remainder)
         elif not still_agrees(generation.text, waiter.typed_when_asked):
             waiter.future.set_result(None)
-        elif waiter.first_line_only and remainder is not None:
-            first_line = complete_first_line(remainder)
-            if first_line is not None:
-                waiter.future.set_result(first_line)
+        elif waiter.first_line_only and remainder is not None and complete_first_line(remainder) is not None:
+            waiter.future.set_result(complete_first_line(remainder))
+        elif waiter.partial_due and remainder is not None and remainder.strip():
+            # Mid-line, past the deadline: what is there now beats nothing before the next key; the
+            # generation goes on and the next request is served from it.
+            waiter.future.set_result(remainder.split("\n", 1)[0] if "\n" in remainder.strip() else remainder)
         if waiter.future.done():
             generation.waiters.remove(waiter)
 
@@ -374,6 +438,35 @@ class Scheduler:
         self.state = state
         self._on_state(state, message)
 
+    # --- warming the cache (event loop) ---
+
+    def _warm(self, uri: str, offset: int | None, reason: str) -> None:
+        if not self.settings.warm or self.state != "ready":
+            return
+        try:
+            version = self.store.get(uri).version
+        except UnknownDocumentError:
+            return
+        self._worker.warm(WarmJob(uri, version, offset, reason))
+
+    def _schedule_idle_warm(self, uri: str, seq: int) -> None:
+        if not self.settings.warm:
+            return
+
+        def when_idle() -> None:
+            generation = self._latest.get(uri)
+            if self._request_seq[uri] != seq or (generation is not None and not generation.done):
+                return  # a newer request, or the engine is still on this one
+            if not self._worker.busy and uri in self._cursors:
+                self._warm(uri, self._cursors[uri], "idle")
+
+        asyncio.get_running_loop().call_later(self.settings.warm_idle_ms / 1000, when_idle)
+
+    def _on_warmed(self, job: WarmJob, result: WarmResult) -> None:
+        self.stats.warmups[job.reason] += 1
+        self.stats.warm_cached = (result.cached_tokens, result.prompt_tokens)
+        self._on_completion()  # a status update: "warming, x% cached"
+
     # --- reports from the worker (event loop) ---
 
     def _on_loaded(self, info: BackendInfo | None, error: str | None, epoch: int) -> None:
@@ -385,6 +478,8 @@ class Scheduler:
             return
         self.info = info
         self._set_state("ready", f"{info.name} backend ready: {info.target}")
+        if self._last_uri is not None:  # a file opened while the model loaded
+            self._warm(self._last_uri, self._cursors.get(self._last_uri), "open")
 
     def _count_generation(self) -> None:
         self.stats.generations += 1

@@ -23,7 +23,7 @@ def test_server_deltas_count_the_run_only() -> None:
     before = {
         "requests": 2,
         "engine_totals": {"prompt_tokens": 10, "reused_prompt_tokens": 0},
-        "empty_reasons": {"superseded": 1},
+        "empty_reasons": [["superseded", 1]],
         "cancel_to_idle_ms": [100.0],
     }
     after = {
@@ -31,7 +31,7 @@ def test_server_deltas_count_the_run_only() -> None:
         "answered_empty": 2,
         "typed_ahead_hits": 1,
         "engine_totals": {"prompt_tokens": 110, "reused_prompt_tokens": 80, "new_tokens": 7},
-        "empty_reasons": {"superseded": 3, "mode-none:in-literal": 1},
+        "empty_reasons": [["mode-none:in-literal", 1], ["superseded", 3]],
         "cancel_to_idle_ms": [100.0, 5.0, 7.0],
     }
     server = server_deltas(before, after)
