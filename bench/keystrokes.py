@@ -17,6 +17,7 @@ being free again).
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import tempfile
 import time
@@ -149,6 +150,7 @@ async def run_keystrokes_async(config: KeystrokeConfig, progress: bool = True) -
     log_file = Path(tempfile.gettempdir()) / f"specls-bench-keystrokes-{config.tag}.log"  # warnings only
     session = ServerSession("specls-bench")
     rng = random.Random(config.seed)
+    load_before = os.getloadavg()
     typed: list[tuple[Region, list[KeyEvent]]] = []
     opened: list[OpenProbe] = []
     try:
@@ -196,6 +198,8 @@ async def run_keystrokes_async(config: KeystrokeConfig, progress: bool = True) -
         "benchmark": "keystrokes",
         "config": {**asdict(config), "out": str(config.out), "files": [str(p) for p in config.files]},
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        # The machine's 1-minute load average when the run started and ended (what else was running).
+        "load_average": {"start": load_before[0], "end": os.getloadavg()[0], "cpus": os.cpu_count()},
         "regions": [{"name": r.name, "start": r.start, "chars": r.end - r.start} for r in regions],
         "server_log": str(log_file),
         "server_info": {

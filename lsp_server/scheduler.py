@@ -10,7 +10,8 @@ Policy.
 - One pending job per document; a newer request replaces it, and the replaced one is answered empty.
   Documents are served in the order their first pending job arrived, so one busy file cannot starve another.
 - A newer request or a `didChange` stops the document's running generation, unless the user only typed
-  characters that agree with it: then it keeps going and later requests are answered from it.
+  characters that agree with what it generated: then it keeps going and later requests are answered from
+  it. A generation with no text yet is stopped too: its prefill stays cached and the next one goes on.
 - A finished suggestion is cached per document; typing that matches its start is answered at once with the
   remainder, without a model call. On divergence a new generation starts and gets the old suggestion as
   `previous_completion`, so the stale drafter can re-verify it in one pass.
@@ -42,7 +43,13 @@ from lsp_server.documents import DocumentStore, PositionError, UnknownDocumentEr
 from lsp_server.engine_worker import ContextBuilder, EngineWorker, Finalizer, WarmJob
 from lsp_server.jobs import Generation, Waiter, is_current
 from lsp_server.statistics import Statistics
-from lsp_server.typed_ahead import complete_first_line, remainder_after, still_agrees, typed_since
+from lsp_server.typed_ahead import (
+    complete_first_line,
+    remainder_after,
+    still_agrees,
+    typed_since,
+    worth_keeping,
+)
 
 BackendState = Literal["idle", "loading", "ready", "error"]
 
@@ -148,7 +155,7 @@ class Scheduler:
             self._finish(queued, cancelled=True, reason="edited-before-start")
             return
         typed = self._typed_after(generation)
-        if typed is not None and still_agrees(generation.text, typed):
+        if typed is not None and worth_keeping(generation.text, typed):
             generation.agreed_typing = typed
             return
         self._cancel(generation, "edited")
@@ -254,7 +261,7 @@ class Scheduler:
                 return None
             self.stats.typed_ahead_hits += 1
             return Suggestion(remainder, suggestion_id)
-        if not still_agrees(generation.text, typed):
+        if not worth_keeping(generation.text, typed):
             return None
         generation.agreed_typing = typed
         partial = self._partial_after(generation.doc_text, generation.anchor, typed)

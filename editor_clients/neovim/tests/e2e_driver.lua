@@ -45,15 +45,20 @@ local function main()
     error('server not ready: ' .. vim.inspect(server.status))
   end
 
-  -- Open a line below the last one and type, one key at a time.
-  vim.api.nvim_win_set_cursor(0, { vim.api.nvim_buf_line_count(bufnr), 0 })
+  -- Open a line below line $SPECLS_E2E_LINE (default: the last one) and type, one key at a time. With
+  -- $SPECLS_E2E_PAUSE_MS the user first sits there that long, as someone reading a file they just opened.
+  local below = tonumber(env.SPECLS_E2E_LINE or '') or vim.api.nvim_buf_line_count(bufnr)
+  vim.api.nvim_win_set_cursor(0, { below, 0 })
+  support.sleep(tonumber(env.SPECLS_E2E_PAUSE_MS or '0'))
   type_keys({ 'o' }, 20)
+  local typing_started = vim.loop.now()
   type_keys(support.keys_of(env.SPECLS_E2E_TYPE), tonumber(env.SPECLS_E2E_KEY_DELAY_MS or '30'))
   result.mode_after_typing = vim.api.nvim_get_mode().mode
   -- The model is loaded by now: a suggestion that takes longer than this is not coming.
   wait_for('ghost text', function()
     return specls.ghost_text(bufnr) ~= nil
   end, tonumber(env.SPECLS_E2E_GHOST_TIMEOUT_MS or '30000'))
+  result.ghost_ms_after_first_key = vim.loop.now() - typing_started
   result.ghost = specls.ghost_text(bufnr)
   result.cursor_before_accept = vim.api.nvim_win_get_cursor(0)
   result.line_before_accept = vim.api.nvim_get_current_line()
