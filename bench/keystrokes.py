@@ -340,7 +340,9 @@ def markdown_report(result: dict[str, Any]) -> str:
         f"{s['chars_typed']} characters, {s['key_presses']} key presses ({s['accept_keys']} of them Tab / "
         f"accept-line) at {config['pace_ms']:.0f} ms a key, +{config['line_pause_ms']:.0f} ms after Enter, "
         f"seed {config['seed']}; the client behaves like VS Code (cancels superseded requests, keeps ghost "
-        "text the typing agrees with).\n",
+        "text the typing agrees with). Machine load average (1 min) "
+        f"{result['load_average']['start']:.1f} at the start, {result['load_average']['end']:.1f} at the end, "
+        f"{result['load_average']['cpus']} CPUs.\n",
         "| measure | value | goal |",
         "|---|---|---|",
         f"| ghost text on screen when the next key came | {_pct(s['ghost_on_screen'])} | >= 70% "

@@ -106,6 +106,7 @@ class SpeclsServer(LanguageServer):
                 "acceptanceRate": stats.acceptance_rate(),
                 # The editors show these: "generating", and the share of the last warmed prompt cached.
                 "generating": self.scheduler.generating,
+                "lastError": stats.last_error,
                 "warmCached": (
                     round(stats.warm_cached[0] / stats.warm_cached[1], 3)
                     if stats.warm_cached and stats.warm_cached[1]

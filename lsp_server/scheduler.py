@@ -396,6 +396,7 @@ class Scheduler:
                 self.stats.cancelled_generations += 1
         if error is not None:
             self.stats.failed_generations += 1
+            self.stats.last_error = f"completion failed: {error}"
             self._on_log(logging.ERROR, f"completion failed: {error}")
         cancelled = result is not None and result.finish_reason == "cancelled"
         why = str(result.stats.get("empty_reason", "")) if result is not None else "failed"

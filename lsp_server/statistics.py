@@ -58,6 +58,7 @@ class Statistics:
     # (prompt tokens cached, prompt tokens).
     warmups: collections.Counter[str] = field(default_factory=collections.Counter)
     warm_cached: tuple[int, int] | None = None
+    last_error: str | None = None  # the last failed completion, for the editors' status
 
     def record_engine(self, result: CompletionResult) -> None:
         self.last_finish_reason = result.finish_reason
@@ -101,4 +102,5 @@ class Statistics:
             "empty_reasons": sorted(self.empty_reasons.items()),
             "warmups": dict(self.warmups),
             "warm_cached": list(self.warm_cached) if self.warm_cached is not None else None,
+            "last_error": self.last_error,
         }
