@@ -186,7 +186,8 @@ class LocalEngine:
         with self._lock, torch.inference_mode():
             sync_cache(self.target, fitted, cancel)
             cached = common_prefix_length(self.target.cached_tokens, fitted)
-        return WarmResult(cached, len(fitted))
+        # The last prompt token is never cached (the first decode step feeds it): all but it is all.
+        return WarmResult(len(fitted) if cached >= len(fitted) - 1 else cached, len(fitted))
 
     def _draft_policy(self, request: CompletionRequest) -> DraftLengthPolicy:
         """The request's own policy, else the learned one: learning into this model's acceptance, or from

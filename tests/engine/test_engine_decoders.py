@@ -79,7 +79,7 @@ class _StopAfter:
         return self.left < 0
 
 
-def test_an_interrupted_lean_prefill_keeps_whole_pieces_and_resumes_exactly(monkeypatch) -> None:
+def test_an_interrupted_lean_prefill_resumes_from_the_layer_where_it_stopped(monkeypatch) -> None:
     import engine.lean
 
     monkeypatch.setattr(engine.lean, "INTERRUPTIBLE_CHUNK", 8)
@@ -87,11 +87,35 @@ def test_an_interrupted_lean_prefill_keeps_whole_pieces_and_resumes_exactly(monk
     ids = prompt_ids(50, seed=3)
     expected = reference_logits(model, ids)
     decoder = LeanLlamaDecoder(model)
-    # Two layers: pieces 1 and 2 pass their 2 checks each; piece 3 is stopped inside its second layer.
-    done = decoder.prefill_interruptibly(ids[:40], _StopAfter(5))
-    assert done == 16 and decoder.cached_tokens == ids[:16]
-    assert decoder.prefill_interruptibly(ids[16:40], lambda: False) == 24  # resumes where it stopped
+    # Two layers: pieces 1 and 2 pass their 2 checks each; piece 3 is stopped before its second layer.
+    assert decoder.prefill_interruptibly(ids[:40], _StopAfter(5)) == 16
+    assert decoder.cached_tokens == ids[:16]
+    layers_run = []
+    original = decoder._run
+
+    def counting(token_ids, logits, should_stop=None, resume=None):  # type: ignore[no-untyped-def]
+        layers_run.append((len(token_ids), resume.layers if resume is not None else 0))
+        return original(token_ids, logits, should_stop, resume)
+
+    decoder._run = counting  # type: ignore[method-assign]
+    assert decoder.prefill_interruptibly(ids[16:40], lambda: False) == 24
+    assert layers_run[0] == (8, 1)  # piece 3 went on from its second layer
     torch.testing.assert_close(decoder.forward(ids[40:50]), expected[40:50], atol=1e-4, rtol=1e-4)
+
+
+def test_a_stopped_piece_serves_a_prompt_that_changed_after_its_start(monkeypatch) -> None:
+    # Typing changes the end of the prompt: the part of the stopped piece before the change is kept.
+    import engine.lean
+
+    monkeypatch.setattr(engine.lean, "INTERRUPTIBLE_CHUNK", 8)
+    model = tiny_llama(seed=4)
+    ids = prompt_ids(30, seed=3)
+    typed = ids[:12] + prompt_ids(18, seed=9)  # the same first 12 tokens, then others
+    expected = reference_logits(model, typed)
+    decoder = LeanLlamaDecoder(model)
+    assert decoder.prefill_interruptibly(ids[:16], _StopAfter(3)) == 8  # piece 2 stopped after a layer
+    assert decoder.prefill_interruptibly(typed[8:24], lambda: False) == 16
+    torch.testing.assert_close(decoder.forward(typed[24:30]), expected[24:30], atol=1e-4, rtol=1e-4)
 
 
 class _CancelAtCheck(CancelToken):
