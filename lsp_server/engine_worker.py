@@ -281,7 +281,18 @@ class EngineWorker:
             if ctx is None or ctx.mode == "none":
                 return
             request = engine_request(ctx, settings, previous_completion="")
+            started = time.monotonic()
             result = backend.warm(request, cancel=job.cancel)
+            logger.info(
+                "warm-up (%s) at %s:%s: %d of %d prompt tokens cached after %.0f ms%s",
+                job.reason,
+                job.uri,
+                offset,
+                result.cached_tokens,
+                result.prompt_tokens,
+                (time.monotonic() - started) * 1000,
+                " (pre-empted)" if job.cancel.cancelled else "",
+            )
         except Exception:  # a warm-up is only an optimisation: log it, never take the worker down
             logger.exception("warm-up failed")
             return

@@ -104,6 +104,11 @@ def block_indent_at(doc_text: str, offset: int, line_before: str, tab_size: int)
     return min(from_previous, from_following)
 
 
+# A prefix that must move starts where it fills this share of its budget: it then grows for a quarter of
+# the budget before it has to move again.
+STICKY_FILL = 0.75
+
+
 def _splits_word(text: str, offset: int) -> bool:
     return 0 < offset < len(text) and text[offset] in WORD_CHARACTERS and text[offset - 1] in WORD_CHARACTERS
 
@@ -227,7 +232,7 @@ def _fit_file_text(
         fraction, suffix_window = 1.0, ""
     else:
         fraction = settings.prefix_fraction
-    return fit_prefix_suffix(
+    prefix, suffix = fit_prefix_suffix(
         prefix_window,
         suffix_window,
         budget,
@@ -236,6 +241,28 @@ def _fit_file_text(
         first_line=first_line,
         lines_after=lines_after,
     )
+    if len(prefix) == len(prefix_window) and first_line == 0:
+        doc.prompt_start_line = 0  # the whole file before the cursor fits
+        return prefix, suffix
+    # The prefix starts at the last prompt's start while that still fits; when it does not, it moves down
+    # far enough to leave a quarter of the budget free, so the start (and the KV cache) rarely moves.
+    suffix_tokens = count_tokens(suffix) if suffix else 0
+    sticky = doc.prompt_start_line
+    if sticky is not None and first_line <= sticky <= line:
+        kept = doc.text[doc.line_start(sticky) : offset]
+        # (Far more characters than tokens could fit is not worth counting.)
+        if len(kept) <= 8 * budget and count_tokens(kept) <= budget - suffix_tokens:
+            return kept, suffix
+    roomy, _ = fit_prefix_suffix(
+        prefix_window,
+        "",
+        int((budget - suffix_tokens) * STICKY_FILL),
+        1.0,
+        count_tokens,
+        first_line=first_line,
+    )
+    doc.prompt_start_line = doc.line_of(offset - len(roomy))
+    return roomy, suffix
 
 
 def finalize_completion(text: str, ctx: CompletionContext) -> str:
