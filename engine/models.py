@@ -11,9 +11,11 @@ speculate.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -85,7 +87,28 @@ def resolve_model_path(spec: str | None, role: Role = "target") -> ModelSource:
     looks_like_path = spec.startswith(("/", ".", "~")) or "\\" in spec or spec.count("/") > 1
     if looks_like_path or not _HUB_ID.match(spec):
         raise ModelLoadError(f"{role} model folder {spec!r} does not exist")
+    if (near := close_catalog_name(spec, CATALOG)) is not None:
+        raise ModelLoadError(
+            f"unknown {role} model {spec!r}: did you mean {near!r}? (catalog: {', '.join(sorted(CATALOG))}; "
+            "a hub id has the form org/name)"
+        )
     return ModelSource(spec=spec, location=spec, is_local=False)
+
+
+def close_catalog_name(spec: str, names: Iterable[str]) -> str | None:
+    """The catalog name `spec` looks like a typo of (`smollm2` for `smollm2-135m`), or None. Only a bare
+    name (no org/) can be one; such a near miss must never become a hub lookup."""
+    if "/" in spec:
+        return None
+    lowered = {name.lower(): name for name in names}
+    key = spec.lower()
+    starts = [
+        n for low, n in lowered.items() if len(key) >= 4 and (low.startswith(key) or key.startswith(low))
+    ]
+    if starts:
+        return min(starts, key=len)
+    near = difflib.get_close_matches(key, list(lowered), n=1, cutoff=0.75)
+    return lowered[near[0]] if near else None
 
 
 def check_model_folder(folder: Path, role: Role) -> None:

@@ -19,6 +19,7 @@ from lsp_server.config import ServerSettings, SettingsReport, apply_settings
 from lsp_server.documents import DocumentStore
 from lsp_server.protocol import SpeclsProtocol
 from lsp_server.scheduler import BackendState, Scheduler
+from lsp_server.secrets import redact
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +74,7 @@ class SpeclsServer(LanguageServer):
     # --- messages to the client ---
 
     def log(self, level: int, message: str) -> None:
+        message = redact(message)  # it may quote an endpoint's answer
         logger.log(level, message)
         try:
             self.window_log_message(
@@ -82,6 +84,7 @@ class SpeclsServer(LanguageServer):
             logger.debug("could not send a log message", exc_info=True)
 
     def on_backend_state(self, state: BackendState, message: str) -> None:
+        message = redact(message)
         if state == "error":
             self.log(logging.ERROR, message)
             self.window_show_message(types.ShowMessageParams(types.MessageType.Error, f"specls: {message}"))

@@ -24,12 +24,17 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from engine.api import CancelToken
+from lsp_server.secrets import redact, remember
 
 StreamEnd = Literal["done", "stopped", "cancelled"]
 
 
 class RemoteError(RuntimeError):
-    """The endpoint answered, but not with a completion (bad request, unknown model, auth, ...)."""
+    """The endpoint answered, but not with a completion (bad request, unknown model, auth, ...). Its text
+    often quotes the endpoint's answer, so it is redacted (`lsp_server.secrets`) when made."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(redact(message))
 
 
 class RemoteUnavailableError(RemoteError):
@@ -37,7 +42,10 @@ class RemoteUnavailableError(RemoteError):
 
 
 class RetryableError(Exception):
-    """A failure worth retrying (connection refused/reset, timeout before any data, 429/5xx)."""
+    """A failure worth retrying (connection refused/reset, timeout before any data, 429/5xx); redacted too."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(redact(message))
 
 
 @dataclass(frozen=True)
@@ -89,6 +97,7 @@ class Secret:
 
     def __init__(self, value: str) -> None:
         self._value = value
+        remember(value)  # and never in any text the server makes
 
     def reveal(self) -> str:
         return self._value
@@ -119,14 +128,14 @@ def parse_event(payload: str) -> dict[str, Any]:
 
 def error_detail(data: bytes) -> str:
     """The message inside an OpenAI-style error body, or the start of the body."""
-    text = data.decode("utf-8", errors="replace").strip()
+    text = redact(data.decode("utf-8", errors="replace").strip())
     try:
         parsed = json.loads(text)
     except ValueError:
         return text[:300] or "(empty body)"
     error = parsed.get("error") if isinstance(parsed, dict) else None
     if isinstance(error, dict) and "message" in error:
-        return str(error["message"])[:300]
+        return redact(str(error["message"]))[:300]
     return text[:300]
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 from typing import Any
 
 from lsp_server.commands.model_args import add_model_arguments
+from lsp_server.secrets import RedactingFormatter
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,13 +63,12 @@ def cli_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    handlers: list[logging.Handler] = [logging.FileHandler(args.log_file)] if args.log_file else []
     # Without a log file, warnings go to stderr (editors show it); never to stdout, the protocol's channel.
-    logging.basicConfig(
-        level=args.log_level if args.log_file else logging.WARNING,
-        handlers=handlers or None,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    handler: logging.Handler = (
+        logging.FileHandler(args.log_file) if args.log_file else logging.StreamHandler(sys.stderr)
     )
+    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=args.log_level if args.log_file else logging.WARNING, handlers=[handler])
     logging.getLogger("pygls").setLevel(logging.WARNING)
 
     from lsp_server.server import create_server
