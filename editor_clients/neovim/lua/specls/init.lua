@@ -107,6 +107,9 @@ function M.setup(opts)
   completion.hl_group = config.hl_group
   vim.api.nvim_set_hl(0, 'SpeclsGhostText', { link = 'Comment', default = true })
   server.configure(config, on_attach)
+  server.on_ready = function()
+    completion.report_cursor(vim.api.nvim_get_current_buf())
+  end
 
   local group = vim.api.nvim_create_augroup('specls', { clear = true })
   vim.api.nvim_create_autocmd({ 'BufEnter', 'FileType' }, {
