@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The throughput benchmark on CUDA in bf16, in one command of under 10 minutes, with no downloads.
+# The throughput benchmark on CUDA in bf16 on the real pair (Qwen2.5-Coder-1.5B drafted by 0.5B), in one
+# command of under 10 minutes, with no downloads.
 #
 #   bench/gpu.sh --fetch-wheels   # HERE, once: download the two packages the GPU image lacks into .whl/
 #                                 # (tree-sitter and its Python grammar, for the server's prompt builder)
@@ -8,7 +9,10 @@
 #
 # The GPU image already has torch, transformers, tokenizers, safetensors, tqdm and matplotlib. Results go
 # to bench/results/throughput-cuda.{json,md,png}, and also to $OUT when that is set (the device tool's
-# folder that comes back). Knobs: PROMPTS (16), MAX_NEW_TOKENS (128), REPEATS (2), TIME_LIMIT_S (540).
+# folder that comes back). Knobs: PROMPTS (16), MAX_NEW_TOKENS (128), REPEATS (2), TIME_LIMIT_S (540),
+# TARGET (qwen2.5-coder-1.5b) and DRAFT (qwen2.5-coder-0.5b): pulled names, or folders. The GPU machine reaches
+# no network, so the pulled folders must be there already (SPECLS_CACHE_DIR pointing at a copy of
+# ~/.cache/specls/models); TARGET=bundled DRAFT=bundled runs the bundled pair, which the checkout carries.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,7 +43,8 @@ print("transformers", transformers.__version__)
 EOF
 
 timeout "${TIME_LIMIT_S:-540}" "$PYTHON" -m lsp_server.cli bench throughput \
-    --device cuda --tag cuda \
+    --device cuda --dtype bf16 --tag cuda \
+    --target "${TARGET:-qwen2.5-coder-1.5b}" --draft "${DRAFT:-qwen2.5-coder-0.5b}" \
     --prompts "${PROMPTS:-16}" --max-new-tokens "${MAX_NEW_TOKENS:-128}" --repeats "${REPEATS:-2}" --quiet \
     "$@"
 

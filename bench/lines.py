@@ -52,6 +52,8 @@ class LinesConfig:
     threads: int | None = None
     out: Path = Path("bench/results")
     tag: str = "cpu"
+    prompt_shape: str = "auto"  # "fim" or "prefix-only" force a shape (ContextSettings.prompt_shape)
+    stdlib: bool = True  # also the held-out standard-library files (the bundled pair's held-out set)
 
 
 @dataclass
@@ -106,14 +108,54 @@ def edit_similarity(a: str, b: str) -> float:
     return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
 
 
-def files_to_score(folders: Sequence[Path]) -> list[tuple[str, str]]:
+def files_to_score(folders: Sequence[Path], stdlib: bool = True) -> list[tuple[str, str]]:
     """Every .py file of each named folder (path order), then the held-out standard library files."""
     files = []
     for folder in folders:
         for path in sorted(folder.rglob("*.py")):
             text = path.read_bytes().decode("utf-8", errors="replace")
             files.append((f"{folder.name}/{path.relative_to(folder).as_posix()}", text))
-    return [*files, *held_out_files()]
+    return [*files, *(held_out_files() if stdlib else [])]
+
+
+@dataclass(frozen=True)
+class Served:
+    context: Any  # lsp_server.context.CompletionContext
+    result: Any  # engine.api.CompletionResult
+    text: str  # what the editor would insert
+    wall_s: float
+
+
+def server_settings(prompt_shape: str = "auto") -> Any:
+    """The server's default settings, with the prompt shape a benchmark compares."""
+    import dataclasses
+
+    from lsp_server.config import ServerSettings
+
+    defaults = ServerSettings()
+    return dataclasses.replace(
+        defaults, context=dataclasses.replace(defaults.context, prompt_shape=prompt_shape)
+    )
+
+
+def suggest(engine: Any, info: Any, settings: Any, uri: str, document: str, offset: int) -> Served | None:
+    """One suggestion as `specls serve` makes it: the context builder, the engine, the final trim. None where
+    the server would not suggest (the cursor's syntax says so)."""
+    from lsp_server.context import build_completion_context, finalize_completion
+    from lsp_server.context.request import engine_request
+    from lsp_server.documents import DocumentStore
+
+    store = DocumentStore()
+    store.open(uri, "python", 1, document)
+    ctx = build_completion_context(store, uri, offset, info, settings.context, engine.count_tokens)
+    if ctx.mode == "none" or ctx.stop_rules is None:
+        return None
+    # The engine learns draft lengths across positions, as it does across keystrokes in the server.
+    request = engine_request(ctx, settings, previous_completion="")
+    started = time.perf_counter()
+    result = engine.complete(request)
+    wall = time.perf_counter() - started
+    return Served(ctx, result, finalize_completion(result.text, ctx), wall)
 
 
 def score_model(
@@ -122,34 +164,22 @@ def score_model(
     """Run every position through the server's context builder, the engine and the final trim."""
     from engine.models import describe_model, load_pair
     from engine.service import LocalEngine
-    from lsp_server.config import ServerSettings
-    from lsp_server.context import build_completion_context, finalize_completion
     from lsp_server.context.fim import marker_texts
     from lsp_server.context.indentation import indentation_ok
-    from lsp_server.context.request import engine_request
-    from lsp_server.documents import DocumentStore
 
     pair = load_pair(target, draft, config.device, config.dtype, num_threads=config.threads)
     engine = LocalEngine(pair=pair)
     info = engine.info()
-    settings = ServerSettings()
+    settings = server_settings(config.prompt_shape)
     markers = marker_texts(info.special_tokens)
     outcomes: list[Outcome] = []
     for position in positions:
-        store = DocumentStore()
         uri = f"file:///held-out/{position.name.rsplit(':', 1)[0]}"
-        store.open(uri, "python", 1, position.document)
-        ctx = build_completion_context(
-            store, uri, position.offset, info, settings.context, engine.count_tokens
-        )
-        if ctx.mode == "none" or ctx.stop_rules is None:
+        served = suggest(engine, info, settings, uri, position.document, position.offset)
+        if served is None:
             continue
-        # The engine learns draft lengths across positions, as it does across keystrokes in the server.
-        request = engine_request(ctx, settings, previous_completion="")
-        started = time.perf_counter()
-        result = engine.complete(request)
-        wall = time.perf_counter() - started
-        suggestion = finalize_completion(result.text, ctx)
+        ctx, result, suggestion, wall = served.context, served.result, served.text, served.wall_s
+        assert ctx.stop_rules is not None
         line_before = ctx.stop_rules.line_before
         guess = first_line(suggestion)
         outcomes.append(
@@ -174,9 +204,19 @@ def score_model(
         "target": describe_model(pair.target_source),
         "draft": describe_model(pair.draft_source) if pair.draft_source is not None else None,
         "dtype": str(pair.dtype).removeprefix("torch."),
+        "prompt": settings.context.prompt_shape
+        if settings.context.prompt_shape != "auto"
+        else info.prompt_shape,
+        "template": _template_name(info, settings.context.prompt_shape),
         "summary": summarize(outcomes),
         "outcomes": [asdict(outcome) for outcome in outcomes],
     }
+
+
+def _template_name(info: Any, shape: str) -> str:
+    from lsp_server.context.builder import choose_template
+
+    return choose_template(info, shape).name
 
 
 def summarize(outcomes: Sequence[Outcome]) -> dict[str, Any]:
@@ -201,7 +241,7 @@ def summarize(outcomes: Sequence[Outcome]) -> dict[str, Any]:
 
 
 def run_lines(config: LinesConfig) -> dict[str, Any]:
-    files = files_to_score(config.folders)
+    files = files_to_score(config.folders, config.stdlib)
     positions = line_positions(files, config.positions, config.per_file)
     if not positions:
         raise RuntimeError("no line-start positions found (is the standard library readable?)")
@@ -243,7 +283,7 @@ def markdown_report(result: dict[str, Any]) -> str:
         s = model["summary"]
         rows.append(
             [
-                f"{model_name(model)} ({model['dtype']})",
+                f"{model_name(model)} ({model['dtype']}, {model.get('template', '?')})",
                 s["positions"],
                 _percent(s["non_empty"]),
                 _percent(s["indentation_ok"]),

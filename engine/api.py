@@ -17,6 +17,12 @@ from engine.costs import StepCosts
 
 # What `CompletionRequest.drafter` may name.
 DRAFTERS = ("model", "lookup", "suffix", "stale", "hybrid", "none")
+# What decodes the target (`engine.runtime`) and which weight-only quantization it applies (`engine.quantize`);
+# here so the server's settings can name them without importing torch.
+RuntimeName = Literal["auto", "llama.cpp", "torch"]
+RUNTIMES: tuple[RuntimeName, ...] = ("auto", "llama.cpp", "torch")
+Quantization = Literal["none", "int8", "int4"]
+QUANTIZATIONS: tuple[Quantization, ...] = ("none", "int8", "int4")
 
 FinishReason = Literal["length", "eos", "stop", "cancelled", "error"]
 
@@ -173,6 +179,9 @@ class BackendInfo:
     device: str
     token_healing: bool = False  # honours CompletionRequest.forced_prefix
     runtime: str = ""  # what decodes the target and why (`engine.runtime.RuntimeChoice.describe`)
+    # The prompt shape measured best for this model ("prefix-only", "fim"), or "auto": FIM when the
+    # tokenizer has a known family's FIM tokens (`engine.catalog.CatalogModel.prompt`).
+    prompt_shape: str = "auto"
 
 
 def refuse_forced_prefix(request: CompletionRequest, backend: str) -> None:

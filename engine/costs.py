@@ -50,6 +50,12 @@ class StepCosts:
 ASSUMED_COSTS = StepCosts(widths=(1, 32), verify=(1.3, 4.0), draft_step=0.15)
 
 
+# A step this slow is timed well by a few rounds (noise is a small share of it), and each extra round of all
+# widths would cost the server's start seconds (a 0.5B model: ~0.1 s a step, ~10 widths a round).
+SLOW_STEP_S = 0.02
+SLOW_MODEL_ROUNDS = 3
+
+
 def measure_step_costs(
     target_forward: Callable[[list[int]], object],
     target_crop: Callable[[int], None],
@@ -88,7 +94,9 @@ def measure_step_costs(
     draft_fastest = float("inf")
     if draft_forward is not None and draft_crop is not None:
         draft_forward(context)
-    for _ in range(repeats + 1):  # the first round warms kernels and caches up
+    for round_index in range(repeats + 1):  # the first round warms kernels and caches up
+        if round_index >= SLOW_MODEL_ROUNDS and fastest[1] > SLOW_STEP_S:
+            break  # a real model's steps are long enough to time in few rounds; loading must not wait
         for width in fastest:
             fastest[width] = min(fastest[width], timed(target_forward, target_crop, width))
         if draft_forward is not None and draft_crop is not None:

@@ -1,4 +1,5 @@
-"""A lean Llama decoder: the weights of a Hugging Face `LlamaForCausalLM`, run by a few plain tensor ops.
+"""A lean Llama decoder: the weights of a Hugging Face `LlamaForCausalLM` (or `Qwen2ForCausalLM`, the same
+block with q/k/v biases), run by a few plain tensor ops.
 
 Why: at the bundled sizes the HF forward is dominated by per-call Python overhead. This path
 keeps one preallocated key/value tensor per layer, written by position (gpt-fast style), so a rollback is
@@ -44,10 +45,15 @@ class _Stopped(Exception):
         self.partial = partial
 
 
+LEAN_MODEL_TYPES = ("llama", "qwen2")  # the same block; qwen2 adds q/k/v biases, fused with the weights
+
+
 def supports_lean(model: PreTrainedModel) -> bool:
-    """Llama-family checkpoints with plain RoPE scaling, SiLU MLP and no sliding window."""
+    """Llama-family checkpoints (Llama, Qwen2) with plain RoPE scaling, SiLU MLP and no sliding window."""
     config = model.config
-    if getattr(config, "model_type", None) != "llama":
+    if getattr(config, "model_type", None) not in LEAN_MODEL_TYPES:
+        return False
+    if getattr(config, "use_sliding_window", False):
         return False
     rope = getattr(config, "rope_parameters", None) or {}
     return (
@@ -80,7 +86,9 @@ class LeanLlamaDecoder:
         self, model: PreTrainedModel, max_length: int | None = None, quantization: Quantization = "none"
     ) -> None:
         if not supports_lean(model):
-            raise ValueError(f"the lean decoder supports Llama checkpoints, not {model.config.model_type!r}")
+            raise ValueError(
+                f"the lean decoder supports Llama and Qwen2 checkpoints, not {model.config.model_type!r}"
+            )
         config = model.config
         context = int(config.max_position_embeddings)
         self.max_length = min(max_length, context) if max_length else context

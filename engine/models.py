@@ -266,14 +266,18 @@ def check_same_tokenizer(target: PreTrainedTokenizerBase, draft: PreTrainedToken
 
 def default_draft(target: str | None) -> str | None:
     """The draft used when none is named: the bundled one for the bundled target or a folder; for a catalog
-    model the draft distilled for it when one ships (engine/bundled/<bundled_draft>), else none (the bundled
-    pair's draft speaks another tokenizer)."""
-    from engine.catalog import CATALOG
+    model its catalog draft when that is pulled (the 0.5B Qwen for the 1.5B one: same tokenizer), else the
+    draft distilled for it when one ships (engine/bundled/<bundled_draft>), else none (the copying drafters
+    still speculate)."""
+    from engine.catalog import CATALOG, is_pulled
 
     if target not in CATALOG:
         return None
-    folder = BUNDLED_DIR / CATALOG[target].bundled_draft
-    shipped = CATALOG[target].bundled_draft and (folder / "config.json").is_file()
+    entry = CATALOG[target]
+    if entry.draft_model and is_pulled(entry.draft_model):
+        return entry.draft_model
+    folder = BUNDLED_DIR / entry.bundled_draft
+    shipped = entry.bundled_draft and (folder / "config.json").is_file()
     return str(folder) if shipped else NO_DRAFT
 
 

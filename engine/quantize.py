@@ -10,13 +10,14 @@ weights on CPU are reordered once for oneDNN (`PrepackedBf16Linear`).
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 
-Quantization = Literal["none", "int8", "int4"]
-QUANTIZATIONS: tuple[Quantization, ...] = ("none", "int8", "int4")
+from engine.api import QUANTIZATIONS
+from engine.api import Quantization as Quantization  # re-exported: the lean decoder names it from here
+
 INT4_GROUP = 32  # input features sharing one int4 scale and zero point
 _INT4_INNER_K_TILES = 2  # packing parameter of the int4 kernels (the CPU one ignores it)
 

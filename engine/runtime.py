@@ -11,17 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
-from engine.quantize import QUANTIZATIONS, Quantization
+from engine.api import QUANTIZATIONS, RUNTIMES, Quantization
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
     from engine.decoder import CausalDecoder
-
-RuntimeName = Literal["auto", "llama.cpp", "torch"]
-RUNTIMES: tuple[RuntimeName, ...] = ("auto", "llama.cpp", "torch")
 
 
 class RuntimeUnavailable(ValueError):

@@ -50,6 +50,21 @@ if TYPE_CHECKING:
     from engine.drafters.plan import PlanningDrafter
 
 
+# The static KV cache is allocated for the whole window: Qwen2.5's 32,768 positions would cost 0.8 GB (0.5B,
+# bf16) for prompts the server caps at a few thousand tokens.
+DEFAULT_MAX_CONTEXT = 8192
+
+
+def measured_prompt_shape(folder: str | None) -> str:
+    """The prompt shape recorded for a pulled catalog model (found by its pull record), else "auto"."""
+    from pathlib import Path
+
+    from engine.catalog import CATALOG, catalog_name_of
+
+    name = catalog_name_of(Path(folder)) if folder else None
+    return CATALOG[name].prompt if name else "auto"
+
+
 class LocalEngine:
     """Speculative decoding with a local target/draft pair; `drafter="none"` runs the plain baseline."""
 
@@ -69,8 +84,7 @@ class LocalEngine:
         self.tokenizer = self.pair.tokenizer
         models = [self.pair.target] if self.pair.draft is None else [self.pair.target, self.pair.draft]
         window = min(context_length(model) for model in models)
-        if max_context:
-            window = min(window, max_context)
+        window = min(window, max_context or DEFAULT_MAX_CONTEXT)
         self.window = window
         source = self.pair.target_source
         self.target, self.runtime = build_target_decoder(
@@ -92,6 +106,9 @@ class LocalEngine:
         self._lock = threading.Lock()
         self.token_texts = TokenTexts.from_tokenizer(self.tokenizer)
         self.step_costs = self._measure_step_costs()
+        self.prompt_shape = measured_prompt_shape(
+            self.pair.target_source.location if source.is_local else None
+        )
 
     @torch.inference_mode()
     def _measure_step_costs(self) -> StepCosts:
@@ -122,6 +139,7 @@ class LocalEngine:
             device=str(self.pair.device),
             token_healing=can_spell_words(self.token_texts),
             runtime=self.runtime.describe(),
+            prompt_shape=self.prompt_shape,
         )
 
     def encode(self, text: str) -> list[int]:

@@ -6,23 +6,31 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
 SUBCOMMANDS: dict[str, str] = {
     "serve": "run the language server (stdio by default)",
     "generate": "complete a prompt file with the engine and print the result",
     "demo": "replay typing a file through the real server and show live ghost text",
-    "bench": "run the throughput or keystroke-latency benchmark",
+    "bench": "run a benchmark: throughput, draft lengths, keystroke latency, line starts, infilling",
     "train": "train the bundled target and draft pair on local code",
     "info": "show the resolved model pair",
     "doctor": "check the environment and say how to fix what is wrong",
     "export": "export the bundled pair (gguf)",
-    "pull": "download and convert a named model once (smollm2-135m)",
+    "pull": "download and convert a named model once (qwen2.5-coder-0.5b, see docs/models.md)",
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad flags are one line on stderr (and exit status 2), not the usage text."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specls", description=__doc__.splitlines()[0] if __doc__ else None)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="specls", description=__doc__.splitlines()[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, help_text in SUBCOMMANDS.items():
         try:
             module = importlib.import_module(f"lsp_server.commands.{name}")

@@ -9,12 +9,15 @@ applied last, so `specls serve --backend fake` wins over an editor's defaults.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
-from engine.api import DRAFTERS
+from engine.api import DRAFTERS, QUANTIZATIONS, RUNTIMES
 from lsp_server.context import ContextSettings
+from lsp_server.context.builder import PROMPT_SHAPES
 
 BACKENDS = ("local", "openai", "fake")
 # auto: bf16 where the CPU computes it natively (engine.models.choose_dtype)
@@ -35,10 +38,12 @@ class FakeSettings:
 @dataclass(frozen=True)
 class ServerSettings:
     backend: str = "local"
-    target: str | None = None  # None = the bundled target; a folder, a hub id or a pulled name (smollm2-135m)
+    target: str | None = None  # None = the default model if pulled, else bundled; a name, folder or hub id
     draft: str | None = None  # None = the target's default draft; "none" = no draft model
     device: str = "auto"
     dtype: str = "auto"
+    runtime: str = "auto"  # what decodes the target (engine.runtime): llama.cpp when it can, else torch
+    quantize: str = "none"  # torch runtime: int8 or int4 weight-only projections
     endpoint: str | None = None  # remote backend base URL
     remote_model: str | None = None
     api_key_env: str = "SPECLS_API_KEY"  # name of the environment variable that holds the key
@@ -60,72 +65,105 @@ class ServerSettings:
 
     def model_key(self) -> tuple[Any, ...]:
         """The settings whose change means the backend must be reloaded."""
-        return (
-            self.backend,
-            self.target,
-            self.draft,
-            self.device,
-            self.dtype,
-            self.endpoint,
-            self.remote_model,
-            self.api_key_env,
-            self.fake,
-        )
+        return tuple(getattr(self, name) for name in MODEL_FIELDS)
 
 
-# --- value parsers: each returns the parsed value or raises ValueError with a short reason ---
+# The ServerSettings fields whose change reloads the backend (editors restart on these: RESTART_KEYS in
+# editor_clients/vscode/src/settings.ts).
+MODEL_FIELDS = (
+    "backend",
+    "target",
+    "draft",
+    "device",
+    "dtype",
+    "runtime",
+    "quantize",
+    "endpoint",
+    "remote_model",
+    "api_key_env",
+    "fake",
+)
 
 
-def _string(value: Any) -> str:
+# --- value types: each checks a JSON value (returns it parsed or raises ValueError with a short reason) and
+# says what JSON Schema type editors declare for it (editor_clients/vscode/package.json; a test compares). ---
+
+
+@dataclass(frozen=True)
+class ValueType:
+    json_type: str | tuple[str, ...]  # JSON Schema "type"
+    check: Callable[[Any], Any]
+    choices: tuple[str, ...] = ()  # JSON Schema "enum"
+    minimum: float | None = None
+    maximum: float | None = None
+
+    def __call__(self, value: Any) -> Any:
+        return self.check(value)
+
+
+def _check_string(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError("expected a string")
     return value
 
 
-def _optional_string(value: Any) -> str | None:
+def _check_optional_string(value: Any) -> str | None:
     if value is None or value == "":
         return None
-    return _string(value)
+    return _check_string(value)
 
 
-def _choice(options: tuple[str, ...]) -> Callable[[Any], str]:
-    def parse(value: Any) -> str:
-        if value not in options:
-            raise ValueError(f"expected one of {', '.join(options)}")
-        return str(value)
-
-    return parse
-
-
-def _bool(value: Any) -> bool:
+def _check_bool(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError("expected true or false")
     return value
 
 
-def _int_in(low: int, high: int) -> Callable[[Any], int]:
+_string = ValueType("string", _check_string)
+_optional_string = ValueType(("string", "null"), _check_optional_string)
+_bool = ValueType("boolean", _check_bool)
+
+
+def _choice(options: tuple[str, ...]) -> ValueType:
+    def parse(value: Any) -> str:
+        if value not in options:
+            raise ValueError(f"expected one of {', '.join(options)}")
+        return str(value)
+
+    return ValueType("string", parse, choices=options)
+
+
+def _finite(value: Any) -> None:
+    # JSON's 1e400 arrives as inf (and int(inf) raises OverflowError, which would drop the whole payload)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("expected a finite number")
+
+
+def _int_in(low: int, high: int) -> ValueType:
     def parse(value: Any) -> int:
+        _finite(value)
         if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
             raise ValueError("expected a whole number")
         if not low <= value <= high:
             raise ValueError(f"expected a number from {low} to {high}")
         return int(value)
 
-    return parse
+    return ValueType("integer", parse, minimum=low, maximum=high)
 
 
-def _float_in(low: float, high: float) -> Callable[[Any], float]:
+def _float_in(low: float, high: float) -> ValueType:
     def parse(value: Any) -> float:
+        _finite(value)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError("expected a number")
         if not low <= value <= high:
             raise ValueError(f"expected a number from {low} to {high}")
         return float(value)
 
-    return parse
+    return ValueType("number", parse, minimum=low, maximum=high)
 
 
-def _rules(value: Any) -> tuple[tuple[str, str], ...]:
+def _check_rules(value: Any) -> tuple[tuple[str, str], ...]:
     if not isinstance(value, list) or not all(
         isinstance(rule, list | tuple) and len(rule) == 2 and all(isinstance(s, str) for s in rule)
         for rule in value
@@ -134,13 +172,20 @@ def _rules(value: Any) -> tuple[tuple[str, str], ...]:
     return tuple((trigger, continuation) for trigger, continuation in value)
 
 
-# camelCase key -> (attribute path, parser). A dotted path reaches into a nested settings dataclass.
-_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+_rules = ValueType("array", _check_rules)
+
+
+# THE declaration of the server's settings: camelCase key -> (attribute path, value type). A dotted path
+# reaches into a nested settings dataclass, whose field default is the setting's default (`declared_default`).
+# Editors, docs/configuration.md and `specls serve` follow this table (tests/unit/test_settings_agree.py).
+_FIELDS: dict[str, tuple[str, ValueType]] = {
     "backend": ("backend", _choice(BACKENDS)),
     "target": ("target", _optional_string),
     "draft": ("draft", _optional_string),
     "device": ("device", _string),
     "dtype": ("dtype", _choice(DTYPES)),
+    "runtime": ("runtime", _choice(RUNTIMES)),
+    "quantize": ("quantize", _choice(QUANTIZATIONS)),
     "endpoint": ("endpoint", _optional_string),
     "remoteModel": ("remote_model", _optional_string),
     "apiKeyEnv": ("api_key_env", _string),
@@ -158,14 +203,26 @@ _FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "suppressInStrings": ("context.suppress_in_strings", _bool),
     "tokenHealing": ("context.token_healing", _bool),
     "contextTokens": ("context.max_prompt_tokens", _int_in(16, 1_000_000)),
+    "promptShape": ("context.prompt_shape", _choice(PROMPT_SHAPES)),
 }
 
-_FAKE_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+_FAKE_FIELDS: dict[str, tuple[str, ValueType]] = {
     "tokenDelayMs": ("token_delay_ms", _float_in(0.0, 60_000.0)),
     "loadDelayMs": ("load_delay_ms", _float_in(0.0, 600_000.0)),
     "rules": ("rules", _rules),
     "failLoad": ("fail_load", _optional_string),
 }
+
+
+SETTINGS: Mapping[str, tuple[str, ValueType]] = MappingProxyType(_FIELDS)
+
+
+def declared_default(key: str) -> Any:
+    """The default of a setting: the field default of the ServerSettings attribute it sets."""
+    value: Any = ServerSettings()
+    for name in SETTINGS[key][0].split("."):
+        value = getattr(value, name)
+    return value
 
 
 def _replace_path(obj: Any, path: str, value: Any) -> Any:
@@ -184,7 +241,7 @@ class SettingsReport:
 def _apply(
     obj: Any,
     raw: Mapping[str, Any],
-    fields: Mapping[str, tuple[str, Callable[[Any], Any]]],
+    fields: Mapping[str, tuple[str, ValueType]],
     where: str,
     report: SettingsReport,
 ) -> Any:
@@ -195,7 +252,7 @@ def _apply(
         path, parse = fields[key]
         try:
             obj = _replace_path(obj, path, parse(value))
-        except ValueError as exc:
+        except (ValueError, TypeError, OverflowError) as exc:
             report.invalid.append(
                 f"setting {where}{key!r}={value!r} is invalid ({exc}); ignored, the default stays"
             )
@@ -218,6 +275,27 @@ def apply_settings(raw: Any, base: ServerSettings) -> tuple[ServerSettings, Sett
     elif fake_raw is not None:
         report.invalid.append("setting 'fake' must be an object; ignored")
     return settings, report
+
+
+MIN_PROMPT_TOKENS = 64  # the least prompt a completion is worth making with
+
+
+def fit_to_model(settings: ServerSettings, context_length: int) -> tuple[ServerSettings, list[str]]:
+    """`settings` within what a model with a `context_length`-token window can do, and what was changed:
+    `maxNewTokens` leaves at least a minimum prompt, and the prompt budget leaves room for `maxNewTokens`."""
+    problems: list[str] = []
+    least_prompt = min(MIN_PROMPT_TOKENS, context_length // 4)
+    most_new = max(1, context_length - least_prompt)
+    max_new = settings.max_new_tokens
+    if max_new > most_new:
+        problems.append(
+            f"setting 'maxNewTokens'={max_new} does not fit the model's {context_length}-token window with a "
+            f"prompt; using {most_new}"
+        )
+        max_new = most_new
+    reserve = max(settings.context.reserve_tokens, max_new)
+    context = dataclasses.replace(settings.context, reserve_tokens=reserve)
+    return dataclasses.replace(settings, max_new_tokens=max_new, context=context), problems
 
 
 def settings_section(raw: Any) -> Any:

@@ -5,12 +5,16 @@ validated strictly: a line or character out of range, or a position inside a mul
 middle of a surrogate pair or of a UTF-8 sequence), raises PositionError and changes nothing.
 
 Lines end at "\\n" (a "\\r" before it belongs to the terminator), which is also how tree-sitter counts
-rows, so the line index and the tree always agree. A per-line offset index in characters and in UTF-8
+rows, so the line index and the tree always agree. LSP also counts a lone "\\r" as a line break: a document
+holding one is marked out of sync (its positions would not match the client's) and is not served; nor is one
+whose edit failed to apply or whose version did not go up, until a full-text change resyncs it. A per-line offset index in characters and in UTF-8
 bytes, with a lazily applied shift, keeps a keystroke in a multi-megabyte file from costing O(lines).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,6 +24,9 @@ from tree_sitter import Parser, Point, Tree
 from lsp_server.context.languages import canonical_language, new_parser
 
 ENCODINGS = ("utf-8", "utf-16", "utf-32")
+_LONE_CR = re.compile("\r(?!\n)")
+PARSE_CHUNK = 65536  # bytes handed to tree-sitter per read
+PARSE_BUDGET_S = 2.0  # a (re)parse that takes longer is given up, and the document goes without a tree
 
 
 class UnknownDocumentError(LookupError):
@@ -28,6 +35,12 @@ class UnknownDocumentError(LookupError):
 
 class PositionError(ValueError):
     """A position that does not address a character boundary of the document."""
+
+
+class OutOfSyncError(PositionError):
+    """The store's copy of a document can no longer be trusted to match the client's: an edit did not
+    apply, its version did not go up, or the text holds a lone carriage return (a line break to LSP, not to
+    this store's line index). No position is served until a full-text change brings it back."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +73,16 @@ class _LineIndex:
 
     def __len__(self) -> int:
         return len(self.chars)
+
+    def copy(self) -> _LineIndex:
+        clone = _LineIndex("")
+        clone.chars, clone.bytes = list(self.chars), list(self.bytes)
+        clone.shift_from, clone.char_shift, clone.byte_shift = (
+            self.shift_from,
+            self.char_shift,
+            self.byte_shift,
+        )
+        return clone
 
     def char_start(self, line: int) -> int:
         return self.chars[line] + (self.char_shift if line >= self.shift_from else 0)
@@ -167,20 +190,59 @@ class Document:
     # Where the file's part of the last prompt began (a line number): the next prompt starts there too while
     # it fits, so moving down a line or typing keeps the cached KV prefix (`context.builder`).
     prompt_start_line: int | None = field(default=None, repr=False)
+    in_sync: bool = True  # False after an edit that did not apply or a version that did not go up
+    lone_cr: bool = False  # the text holds a "\r" not followed by "\n"
+
+    @property
+    def servable(self) -> bool:
+        return self.in_sync and not self.lone_cr
 
     @property
     def tree(self) -> Tree | None:
-        """The syntax tree of the current text (None for languages without a grammar)."""
+        """The syntax tree of the current text (None for languages without a grammar, and for a document
+        too big to parse within PARSE_BUDGET_S)."""
         if self._tree_stale and self.parser is not None:
-            self._tree = (
-                self.parser.parse(self.data, self._tree) if self._tree else self.parser.parse(self.data)
-            )
+            self._tree = self._parse(self.parser)
             self._tree_stale = False
         return self._tree
+
+    def _parse(self, parser: Parser) -> Tree | None:
+        data = self.data
+        deadline = time.monotonic() + PARSE_BUDGET_S
+
+        def read(offset: int, _point: Point) -> bytes:
+            return data[offset : offset + PARSE_CHUNK]
+
+        def progress(*_: object) -> bool:
+            # Python code that tree-sitter calls every few hundred steps: it lets the event loop's thread
+            # take the GIL (a parse of bytes holds it throughout: 2 s on a 2 MB line), and bounds the time.
+            return time.monotonic() > deadline
+
+        try:
+            if self._tree is not None:
+                return parser.parse(read, self._tree, progress_callback=progress)
+            return parser.parse(read, progress_callback=progress)
+        except ValueError:  # over budget: served without a syntax tree from now on (the mode falls back)
+            self.parser = None
+            return None
 
     @property
     def line_count(self) -> int:
         return len(self.lines)
+
+    def snapshot(self) -> Document:
+        """A copy that later edits of this document do not touch (text and bytes are immutable and shared;
+        the line index and the tree are copied, a tree copy is cheap)."""
+        tree = self._tree.copy() if self._tree is not None else None
+        return dataclasses.replace(self, lines=self.lines.copy(), _tree=tree)
+
+    def line_ending_at(self, line: int) -> str:
+        """The line break the file uses near `line`: that of the line itself, else of the one before."""
+        for candidate in (line, line - 1):
+            if 0 <= candidate < len(self.lines) - 1:
+                end = self.lines.char_start(candidate + 1) - 1  # the "\n"
+                return "\r\n" if end > 0 and self.text[end - 1] == "\r" else "\n"
+        return "\n"
 
     def line_of(self, offset: int) -> int:
         """The line holding character `offset`."""
@@ -239,6 +301,7 @@ class DocumentStore:
             data=data,
             lines=_LineIndex(text),
             parser=parser,
+            lone_cr=_has_lone_cr(text),
         )
 
     def close(self, uri: str) -> None:
@@ -257,7 +320,30 @@ class DocumentStore:
     def all_documents(self) -> list[Document]:
         return list(self._documents.values())
 
+    def snapshot(self) -> DocumentStore:
+        """Every document as it is now, for building a prompt while edits go on (see EngineWorker)."""
+        copy = DocumentStore(self._encoding)
+        copy._documents = {uri: doc.snapshot() for uri, doc in self._documents.items()}
+        return copy
+
+    def adopt_trees(self, snapshot: DocumentStore) -> None:
+        """Keep the trees a snapshot parsed, for the documents not edited since it was taken."""
+        for uri, copy in snapshot._documents.items():
+            doc = self._documents.get(uri)
+            if doc is not None and doc.data is copy.data and doc._tree_stale and not copy._tree_stale:
+                doc._tree, doc._tree_stale = copy._tree, False
+                if copy.parser is None:  # its parse was over budget
+                    doc.parser = None
+
     # -- positions ------------------------------------------------------------------------------
+    def servable(self, uri: str) -> Document:
+        """The document, if its copy can be trusted to match the client's; OutOfSyncError if not."""
+        doc = self.get(uri)
+        if not doc.servable:
+            reason = "a lone carriage return" if doc.in_sync else "an edit that did not apply"
+            raise OutOfSyncError(f"{uri} is out of sync ({reason}); no suggestions until its full text")
+        return doc
+
     def offset_at(self, uri: str, line: int, character: int) -> int:
         return self._offset(self.get(uri), line, character)
 
@@ -282,6 +368,17 @@ class DocumentStore:
         """Apply `changes` in order. Each range is validated against the text left by the previous
         change; a bad one raises PositionError and the document is restored to its state before the call."""
         doc = self.get(uri)
+        # A full text resyncs, whatever came before; anything else needs a trusted copy and a newer version.
+        full = max((i for i, change in enumerate(changes) if change.range is None), default=None)
+        if full is not None:
+            changes, doc.in_sync = changes[full:], True
+        elif not doc.in_sync:
+            raise OutOfSyncError(
+                f"{uri} is out of sync; an incremental edit cannot apply until the full text"
+            )
+        elif version <= doc.version:
+            doc.in_sync = False
+            raise OutOfSyncError(f"{uri}: version {version} does not follow {doc.version}; edit refused")
         undo: list[tuple[int, int, str]] = []  # (start, end of inserted text, replaced text)
         try:
             for change in changes:
@@ -295,14 +392,25 @@ class DocumentStore:
                         raise PositionError(f"range end {change.range[2:]} is before its start")
                 undo.append((start, start + len(change.text), doc.text[start:end]))
                 _replace(doc, start, end, change.text)
+                if change.range is None:
+                    doc.lone_cr = _has_lone_cr(doc.text)
+                elif not doc.lone_cr:  # only the edited spot can have made one
+                    doc.lone_cr = _has_lone_cr(doc.text[max(0, start - 1) : start + len(change.text) + 1])
+                else:
+                    doc.lone_cr = _has_lone_cr(doc.text)
         except PositionError:
             for start, end, old_text in reversed(undo):
                 _replace(doc, start, end, old_text)
             if undo:
                 doc._tree = None  # the tree saw the edits and their inverses; parse from scratch
+            doc.in_sync = False  # the client applied it; our copy no longer matches
             raise
-        doc.version = version
+        doc.version = max(doc.version, version)  # never back: an old generation must not look current
         doc.last_touched = time.monotonic()
+
+
+def _has_lone_cr(text: str) -> bool:
+    return "\r" in text and _LONE_CR.search(text) is not None
 
 
 def _replace(doc: Document, start: int, end: int, text: str) -> None:

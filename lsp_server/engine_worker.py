@@ -1,6 +1,6 @@
 """The engine worker: the one thread that owns the backend.
 
-It loads the backend, builds each prompt (under the store lock, so it reads a consistent document) and runs
+It loads the backend, builds each prompt (from a copy of the documents taken under the store lock) and runs
 `backend.complete`, which is CPU-bound and never touches the event loop. It reports back only through
 `loop.call_soon_threadsafe`, and the loop talks to a running generation only through its `CancelToken`,
 which the engine polls every speculative round. What the draft-length policy learned about the
@@ -29,7 +29,7 @@ from engine.api import (
 )
 from lsp_server.config import ServerSettings
 from lsp_server.context import CompletionContext, ContextSettings
-from lsp_server.context.request import engine_request
+from lsp_server.context.request import engine_request, without_lone_surrogates
 from lsp_server.documents import DocumentStore
 from lsp_server.jobs import FairQueue, Generation, is_current
 
@@ -162,12 +162,21 @@ class EngineWorker:
         with self._cond:
             return [generation for generation in iter(self._queue.pop, None)]
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
+        """Ask the thread to end after its current job (whose cancel the caller has set) and wait up to
+        `timeout` seconds for it (0: do not wait; `join` later)."""
         with self._cond:
             self._stopping = True
             self._cond.notify()
+        if timeout > 0:
+            self.join(timeout)
+
+    def join(self, timeout: float) -> bool:
+        """Wait for the thread to end; True when it has (or never started)."""
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
 
     # --- the thread ---
 
@@ -226,17 +235,23 @@ class EngineWorker:
             self._post(self._on_done, generation, "", _empty("cancelled", "cancelled-before-start"), None)
             return
         try:
+            # The lock is held only to copy the documents: the prompt is built from the copy while the
+            # event loop goes on applying edits (a slow prompt must never hold up a keystroke).
             with self._store_lock:
-                ctx = None
-                if is_current(self._store, generation.uri, generation.version):
-                    ctx = self._build_context(
-                        self._store,
-                        generation.uri,
-                        generation.anchor,
-                        info,
-                        settings.context,
-                        backend.count_tokens,
-                    )
+                current = is_current(self._store, generation.uri, generation.version)
+                snapshot = self._store.snapshot() if current else None
+            ctx = None
+            if snapshot is not None:
+                ctx = self._build_context(
+                    snapshot,
+                    generation.uri,
+                    generation.anchor,
+                    info,
+                    settings.context,
+                    lambda text: backend.count_tokens(without_lone_surrogates(text)),
+                )
+                with self._store_lock:
+                    self._store.adopt_trees(snapshot)
             if ctx is None:  # edited or closed since the request: the client asks again
                 self._post(self._on_done, generation, "", _empty("cancelled", "stale-context"), None)
                 return

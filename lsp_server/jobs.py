@@ -33,7 +33,6 @@ class Generation:
     doc_text: str  # the document when it was requested (a reference, not a copy)
     anchor: int  # the cursor, as an index into doc_text
     previous_completion: str
-    requested_at: float
     cancel: CancelToken = field(default_factory=CancelToken)
     text: str = ""  # completion text so far (streamed; finalized when done)
     agreed_typing: str = ""  # the latest typing after the anchor that this generation still agrees with
@@ -69,8 +68,9 @@ class FairQueue:
 
 
 def is_current(store: DocumentStore, uri: str, version: int) -> bool:
-    """True while the document is open and still at `version`."""
+    """True while the document is open, still at `version` and in sync with the client."""
     try:
-        return store.get(uri).version == version
+        document = store.get(uri)
+        return document.version == version and document.servable
     except UnknownDocumentError:
         return False

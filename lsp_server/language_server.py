@@ -7,15 +7,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
+from engine.api import CompletionBackend
 from lsp_server import __version__
 from lsp_server.backends import create_backend
-from lsp_server.config import ServerSettings, SettingsReport, apply_settings
+from lsp_server.config import ServerSettings, SettingsReport, apply_settings, fit_to_model
 from lsp_server.documents import DocumentStore
 from lsp_server.protocol import SpeclsProtocol
 from lsp_server.scheduler import BackendState, Scheduler
@@ -33,7 +34,11 @@ _LOG_LEVELS = {
 
 
 class SpeclsServer(LanguageServer):
-    def __init__(self, cli_settings: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        cli_settings: Mapping[str, Any] | None = None,
+        backend_factory: Callable[[ServerSettings], CompletionBackend] = create_backend,
+    ) -> None:
         super().__init__("specls", __version__, protocol_cls=SpeclsProtocol)
         self.cli_settings = dict(cli_settings or {})  # applied last: the command line wins
         self.client_settings: dict[str, Any] = {}
@@ -43,7 +48,7 @@ class SpeclsServer(LanguageServer):
         self.scheduler = Scheduler(
             self.store,
             self.settings,
-            create_backend,
+            backend_factory,
             on_state=self.on_backend_state,
             on_log=self.log,
             on_completion=self.schedule_status,
@@ -63,6 +68,15 @@ class SpeclsServer(LanguageServer):
         report.invalid += cli_report.invalid
         report.unknown += cli_report.unknown
         return settings, report
+
+    def fit_settings_to_model(self) -> None:
+        """Clamp the settings to the loaded model's window (and say so) once it is known."""
+        info = self.scheduler.info
+        if info is None:
+            return
+        self.settings, problems = fit_to_model(self.settings, info.context_length)
+        self.scheduler.update_settings(self.settings)
+        self.report_settings(SettingsReport(invalid=problems))
 
     def report_settings(self, report: SettingsReport) -> None:
         for problem in report.invalid:
@@ -90,6 +104,7 @@ class SpeclsServer(LanguageServer):
             self.window_show_message(types.ShowMessageParams(types.MessageType.Error, f"specls: {message}"))
         elif state == "ready":
             self.log(logging.INFO, message)
+            self.fit_settings_to_model()
         if state != "loading" and self.progress_token is not None:
             self.work_done_progress.end(self.progress_token, types.WorkDoneProgressEnd(message=message))
             self.progress_token = None

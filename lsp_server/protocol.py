@@ -4,6 +4,7 @@ choice made at `initialize`. Handlers never see this module; `SpeclsServer` (`la
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,9 +27,19 @@ class _UnreadableRequest:
 class SpeclsProtocol(LanguageServerProtocol):
     """pygls' protocol with two changes. It keeps no copy of each document: `DocumentStore` is the one place
     that owns text (pygls would re-split every line of a multi-MB file on each keystroke). And a request with
-    malformed params gets an error response (pygls would log it and never answer)."""
+    malformed params gets an error response (pygls would log it and never answer). And `exit` ends the
+    session through `on_exit` (set by `transport.py`), with the LSP exit code, instead of pygls'
+    `sys.exit`, which its own runner turned into status 0 either way."""
+
+    on_exit: Callable[[int], None] | None = None
+
+    @property
+    def shutdown_received(self) -> bool:
+        return bool(self._shutdown)
 
     def structure_message(self, data: dict[str, Any]) -> Any:
+        if "method" in data and "params" not in data:  # optional in JSON-RPC; pygls' types require it
+            data["params"] = None
         try:
             return super().structure_message(data)
         except JsonRpcException as exc:
@@ -42,6 +53,15 @@ class SpeclsProtocol(LanguageServerProtocol):
             self._send_response(message.id, error=message.error.to_response_error())
             return
         super().handle_message(message)
+
+    @lsp_method(types.EXIT)
+    def lsp_exit(self, *args: Any) -> Any:
+        if (handler := self.fm.features.get(types.EXIT)) is not None:
+            yield handler, args, None
+        code = 0 if self._shutdown else 1  # the LSP exit code
+        if self.on_exit is None:
+            raise SystemExit(code)
+        self.on_exit(code)
 
     @lsp_method(types.INITIALIZE)
     def lsp_initialize(self, params: types.InitializeParams) -> Any:

@@ -129,9 +129,14 @@ class Scheduler:
                 del self._latest[uri]
         self.settings = settings
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
+        """Cancel everything and end the engine thread, waiting up to `timeout` s for it (see `join`)."""
         self._cancel_everything()
-        self._worker.stop()
+        self._worker.stop(timeout)
+
+    def join(self, timeout: float) -> bool:
+        """Wait for the engine thread to end (after `stop`): it stops at the engine's next cancel check."""
+        return self._worker.join(timeout)
 
     @property
     def generating(self) -> bool:
@@ -240,7 +245,7 @@ class Scheduler:
     def _locate(self, uri: str, line: int, character: int) -> tuple[int, str, int] | None:
         """(version, text, cursor offset) of a request, or None (logged) when it points nowhere."""
         try:
-            document = self.store.get(uri)
+            document = self.store.servable(uri)  # not one whose copy may differ from the client's
             offset = self.store.offset_at(uri, line, character)
         except (UnknownDocumentError, PositionError) as exc:
             self._on_log(logging.WARNING, f"completion at {uri}:{line}:{character} not served: {exc}")
@@ -285,7 +290,6 @@ class Scheduler:
             doc_text=text,
             anchor=offset,
             previous_completion=previous.text if previous is not None else "",
-            requested_at=time.monotonic(),
         )
         self._latest[uri] = generation
         self._latest.move_to_end(uri)

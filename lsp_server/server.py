@@ -5,17 +5,23 @@ context/, settings in config.py."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from lsprotocol import types
 
+from engine.api import CompletionBackend
+from lsp_server.backends import create_backend
+from lsp_server.config import ServerSettings
 from lsp_server.handlers import completions, documents, feedback, lifecycle
 from lsp_server.language_server import SpeclsServer
 
 
-def create_server(cli_settings: Mapping[str, Any] | None = None) -> SpeclsServer:
-    server = SpeclsServer(cli_settings)
+def create_server(
+    cli_settings: Mapping[str, Any] | None = None,
+    backend_factory: Callable[[ServerSettings], CompletionBackend] = create_backend,
+) -> SpeclsServer:
+    server = SpeclsServer(cli_settings, backend_factory)
     server.feature(types.INITIALIZE)(lifecycle.initialize)
     server.feature(types.INITIALIZED)(lifecycle.initialized)
     server.feature(types.SHUTDOWN)(lifecycle.shutdown)

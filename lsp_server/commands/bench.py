@@ -1,7 +1,8 @@
 """`specls bench`: throughput against peers, learned draft lengths, keystroke latency, suggestions at line starts
-(see bench/README.md).
+and HumanEval infilling (see bench/README.md): each benchmark's arguments, then a call into `bench/`.
 
-The benchmarks live in the `bench/` folder of a source checkout; run this from the repository root.
+`bench/` is not an installed package: it is found beside `lsp_server/` in the source checkout, from any working
+directory; results go to `--out` (default: bench/results, relative to the working directory).
 """
 
 from __future__ import annotations
@@ -137,6 +138,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     keys.add_argument("--tag", help="results file name tag (default: the device type)")
     keys.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_lines(sub)
+    _add_infill(sub)
 
 
 def _add_lines(sub: Any) -> None:
@@ -153,42 +155,105 @@ def _add_lines(sub: Any) -> None:
         default=[],
         help="also score the .py files of this folder (repeatable)",
     )
+    _add_scoring_options(lines)
     lines.add_argument(
+        "--no-stdlib",
+        action="store_true",
+        help="score only the --folder files, not the held-out standard library (which pretrained models saw)",
+    )
+
+
+def _add_scoring_options(parser: argparse.ArgumentParser) -> None:
+    """Options `bench lines` and `bench infill` share."""
+    from lsp_server.context.builder import PROMPT_SHAPES
+
+    parser.add_argument(
         "--target",
         dest="targets",
         action="append",
         default=[],
-        help="a target to score (repeatable; default: the bundled pair, and smollm2-135m when pulled)",
+        help="a target to score (repeatable; default: the bundled pair and every pulled catalog model)",
     )
-    lines.add_argument(
+    parser.add_argument(
         "--draft",
         dest="drafts",
         action="append",
         default=[],
         help="the draft of the --target at the same place, or 'none' (default: that target's default draft)",
     )
-    lines.add_argument("--dtype", choices=("auto", "fp32", "bf16"), default="auto")
-    lines.add_argument("--device", default="cpu", help="cpu, cuda, ... (default: cpu)")
-    lines.add_argument("--threads", type=int, help="torch CPU threads (default: one for small models)")
-    lines.add_argument("--out", type=Path, default=Path("bench/results"), help="results folder")
-    lines.add_argument("--tag", help="results file name tag (default: the device type)")
+    parser.add_argument(
+        "--prompt-shape",
+        dest="prompt_shapes",
+        action="append",
+        choices=PROMPT_SHAPES,
+        default=[],
+        help="prompt shape to score (repeatable; default: auto, the model's measured one)",
+    )
+    parser.add_argument("--dtype", choices=("auto", "fp32", "bf16"), default="auto")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, ... (default: cpu)")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: one for small models)")
+    parser.add_argument("--out", type=Path, default=Path("bench/results"), help="results folder")
+    parser.add_argument("--tag", help="results file name tag (default: the device type)")
+
+
+def _add_infill(sub: Any) -> None:
+    infill = sub.add_parser("infill", help="HumanEval infilling: pass@1 and exact match, through the server")
+    infill.add_argument(
+        "--set", dest="task_set", choices=("single-line", "multi-line"), default="single-line"
+    )
+    infill.add_argument("--tasks", type=_positive, default=120, help="tasks, evenly spread (default: 120)")
+    _add_scoring_options(infill)
+
+
+def _scored_models(args: argparse.Namespace) -> list[tuple[str | None, str | None]] | None:
+    """(target, draft) pairs from --target/--draft; the bundled pair and every pulled catalog model by default."""
+    from engine.catalog import CATALOG, is_pulled
+
+    if len(args.drafts) > len(args.targets):
+        print("specls bench: more --draft than --target", file=sys.stderr)
+        return None
+    targets: list[str | None] = list(args.targets)
+    if not targets:
+        targets = [None, *(name for name in CATALOG if is_pulled(name))]
+    drafts: list[str | None] = [*args.drafts, *[None] * (len(targets) - len(args.drafts))]
+    return list(zip(targets, drafts, strict=True))
+
+
+def _infill(args: argparse.Namespace) -> int:
+    from bench.infill import InfillConfig, run_infill, write_report
+
+    models = _scored_models(args)
+    if models is None:
+        return 2
+    config = InfillConfig(
+        models=tuple(models),
+        task_set=args.task_set,
+        tasks=args.tasks,
+        prompt_shapes=tuple(args.prompt_shapes or ["auto"]),
+        device=args.device,
+        dtype=args.dtype,
+        threads=args.threads,
+        out=args.out,
+        tag=_results_tag(args),
+    )
+    result = run_infill(config)
+    for path in write_report(result, config.out, config.tag):
+        print(path)
+    return 0
 
 
 def _lines(args: argparse.Namespace) -> int:
     from bench.lines import LinesConfig, run_lines, write_report
-    from engine.catalog import is_pulled
 
     missing = [str(folder) for folder in args.folders if not folder.is_dir()]
-    if missing or len(args.drafts) > len(args.targets):
-        problem = f"no such folder: {', '.join(missing)}" if missing else "more --draft than --target"
-        print(f"specls bench: {problem}", file=sys.stderr)
+    if missing:
+        print(f"specls bench: no such folder: {', '.join(missing)}", file=sys.stderr)
         return 2
-    targets: list[str | None] = list(args.targets)
-    if not targets:
-        targets = [None, *(["smollm2-135m"] if is_pulled("smollm2-135m") else [])]
-    drafts: list[str | None] = [*args.drafts, *[None] * (len(targets) - len(args.drafts))]
+    models = _scored_models(args)
+    if models is None:
+        return 2
     config = LinesConfig(
-        models=tuple(zip(targets, drafts, strict=True)),
+        models=tuple(models),
         positions=args.positions,
         per_file=args.per_file,
         folders=tuple(args.folders),
@@ -197,6 +262,8 @@ def _lines(args: argparse.Namespace) -> int:
         threads=args.threads,
         out=args.out,
         tag=_results_tag(args),
+        prompt_shape=(args.prompt_shapes or ["auto"])[0],
+        stdlib=not args.no_stdlib,
     )
     result = run_lines(config)
     for path in write_report(result, config.out, config.tag):
@@ -238,6 +305,8 @@ def run(args: argparse.Namespace) -> int:
             return _keystrokes(args)
         if args.benchmark == "lines":
             return _lines(args)
+        if args.benchmark == "infill":
+            return _infill(args)
     except ModelLoadError as exc:
         print(f"specls bench: {exc}", file=sys.stderr)
         return 1

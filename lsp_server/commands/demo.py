@@ -17,10 +17,6 @@ if TYPE_CHECKING:
     from lsp_server.demo.replay import KeyEvent, Replay
 
 SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "pantry.py"
-# What a newcomer sees when no model is named: the pretrained model once it is pulled (setup pulls it). Typing
-# this project's own files (which neither model saw), its suggestions were then typed whole 35% of the time
-# and began right 92% of the time, against 6% and 39% for the bundled pair (bench/results/keystrokes-*-own-files*).
-DEMO_MODEL = "smollm2-135m"
 LANGUAGE_IDS = {
     ".py": "python",
     ".pyi": "python",
@@ -87,12 +83,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def demo_target(args: argparse.Namespace) -> str | None:
-    """The named target; with none named (and no draft either) on the local backend, the pulled demo model."""
+    """The named target; with none named (and no draft either) on the local backend, the server's default
+    model (`engine.catalog.default_target`: what a newcomer's editor gets too)."""
     if args.target is not None or args.draft is not None or args.backend != "local":
         return str(args.target) if args.target is not None else None
-    from engine.catalog import is_pulled
+    from engine.catalog import default_target
 
-    return DEMO_MODEL if is_pulled(DEMO_MODEL) else None
+    return default_target()
 
 
 def server_args(args: argparse.Namespace) -> list[str]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from engine.api import BackendInfo, StopCheck
+from engine.words import ascii_word, is_word_char, word_start
 from lsp_server.context.fim import (
     BLOCK_LINES,
     PREFIX_ONLY,
@@ -37,6 +38,9 @@ class ContextSettings:
     snippet_fraction: float = 0.25  # of the budget, at most, for other-file snippets
     reserve_tokens: int = 128  # kept free of the model's context length for the completion itself
     tab_size: int = 4
+    # "auto": the shape measured best for the model (its catalog entry), else FIM where the tokenizer has
+    # FIM tokens; "fim" or "prefix-only" force one (what `specls bench lines --prompt-shape` compares).
+    prompt_shape: str = "auto"
 
 
 @dataclass
@@ -57,7 +61,6 @@ class CompletionContext:
     why_none: str = ""  # with mode "none": "mid-word" or "in-literal" (a suppressed string or comment)
 
 
-WORD_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 MAX_HEALED_WORD = 40  # longer runs (minified code, hashes) are not worth re-generating
 
 
@@ -70,20 +73,35 @@ def healed_fragment(prefix: str) -> str:
     and a line break to the indentation after it ("\n   "), so a prompt that ends in a line break or in
     indentation asks for tokens the model rarely saw there, and it answers with stray spaces, an empty line
     or code for column 0. So the word fragment before the cursor and all the whitespace before it (line
-    breaks included) leave the prompt together; some text always stays in it.
+    breaks included) leave the prompt together; some text always stays in it. A word with a letter outside
+    ASCII stays whole in the prompt: the model could not spell it back (`engine.words`).
     """
-    word_start = len(prefix)
-    while word_start > 0 and prefix[word_start - 1] in WORD_CHARACTERS:
-        word_start -= 1
-    if len(prefix) - word_start > MAX_HEALED_WORD:
+    start_of_word = word_start(prefix)
+    word = prefix[start_of_word:]
+    if len(word) > MAX_HEALED_WORD or not ascii_word(word):
         return ""
-    start = len(prefix[:word_start].rstrip(" \t\r\n"))
+    start = len(prefix[:start_of_word].rstrip(" \t\r\n"))
     return prefix[start:] if prefix[:start].strip() else ""
 
 
 def prompt_budget(info: BackendInfo, settings: ContextSettings) -> int:
     """Tokens the prompt may use: the setting, within the model's context minus room for the completion."""
     return max(0, min(settings.max_prompt_tokens, info.context_length - settings.reserve_tokens))
+
+
+MAX_LINE_BEFORE = 4000  # of a longer line, the stop rules see its indentation and its last characters
+MAX_CHARS_PER_TOKEN = 12  # no tokenizer packs more on average, so more text than this cannot fit a budget
+
+
+def bounded_line_before(text: str, offset: int) -> str:
+    """The cursor's line up to the cursor, bounded: a 2 MB minified line keeps its indentation and the last
+    MAX_LINE_BEFORE characters, so the stop rules cost the same on any line."""
+    start = text.rfind("\n", 0, offset) + 1  # a reverse byte scan: fast on any line
+    if offset - start <= MAX_LINE_BEFORE:
+        return text[start:offset]
+    line_before = text[start : start + 200] + text[offset - MAX_LINE_BEFORE : offset]
+    indent = line_before[: len(line_before) - len(line_before.lstrip(" \t"))][:200]
+    return indent + line_before[200:].lstrip(" \t")
 
 
 def block_indent_at(doc_text: str, offset: int, line_before: str, tab_size: int) -> int:
@@ -110,11 +128,23 @@ STICKY_FILL = 0.75
 
 
 def _splits_word(text: str, offset: int) -> bool:
-    return 0 < offset < len(text) and text[offset] in WORD_CHARACTERS and text[offset - 1] in WORD_CHARACTERS
+    return 0 < offset < len(text) and is_word_char(text[offset]) and is_word_char(text[offset - 1])
 
 
 def _nearest_code_line(lines: list[str]) -> str | None:
     return next((line for line in lines if line.strip()), None)
+
+
+PROMPT_SHAPES = ("auto", "fim", "prefix-only")
+
+
+def choose_template(info: BackendInfo, requested: str = "auto") -> FimTemplate:
+    """The prompt template: a requested shape wins, then the model's measured one, then the tokens it has.
+    A FIM shape on a tokenizer without FIM tokens falls back to prefix-only (there is nothing to fill with)."""
+    shape = requested if requested != "auto" else info.prompt_shape
+    if shape == "prefix-only":
+        return PREFIX_ONLY
+    return detect_fim_template(info.special_tokens) or PREFIX_ONLY
 
 
 def build_completion_context(
@@ -131,7 +161,7 @@ def build_completion_context(
     if not 0 <= offset <= len(text):
         raise ValueError(f"offset {offset} is outside {uri} (length {len(text)})")
     spec = language_spec(doc.language)
-    line_before = text[text.rfind("\n", 0, offset) + 1 : offset]
+    line_before = bounded_line_before(text, offset)
     tree = doc.tree
     mode = completion_mode(
         text,
@@ -142,7 +172,7 @@ def build_completion_context(
         suppress_in_comments=settings.suppress_in_comments,
         suppress_in_strings=settings.suppress_in_strings,
     )
-    template = detect_fim_template(info.special_tokens) or PREFIX_ONLY
+    template = choose_template(info, settings.prompt_shape)
     rules = SyntaxStopRules(
         mode=mode,
         line_before=line_before,
@@ -224,8 +254,25 @@ def _fit_file_text(
     reach = max(budget, 0) + BLOCK_LINES
     first_line = max(0, line - reach)
     last_line = min(doc.line_count - 1, line + reach)
-    prefix_window = doc.text[doc.line_start(first_line) : offset]
+    # Long lines: no more characters than the budget could hold, so a 2 MB line is never tokenized whole.
+    most_chars = (max(budget, 0) + BLOCK_LINES) * MAX_CHARS_PER_TOKEN
+    # Cuts fall on a line start where one is in reach, else on a multiple of 4096 inside the huge line, so
+    # the prompt's ends stay put while the user types and a prefix-reusing cache keeps them.
+    prefix_start = doc.line_start(first_line)
+    if offset - prefix_start > most_chars:
+        cut = offset - most_chars
+        after_cut = doc.line_of(cut) + 1
+        prefix_start = doc.line_start(after_cut) if after_cut <= line else cut + (-cut % 4096)
+        first_line = doc.line_of(prefix_start)
+    prefix_window = doc.text[prefix_start:offset]
     suffix_end = doc.line_start(last_line + 1) if last_line + 1 < doc.line_count else len(doc.text)
+    if suffix_end - offset > most_chars:
+        cut = offset + most_chars
+        cut_line = doc.line_of(cut)
+        if cut_line > line:  # the window ends where line cut_line starts
+            suffix_end, last_line = doc.line_start(cut_line), cut_line - 1
+        else:
+            suffix_end, last_line = max(offset, cut - cut % 4096), line
     suffix_window = doc.text[offset:suffix_end]
     lines_after = max(0, doc.line_count - 2 - last_line)  # newlines after the window
     if template.order == "prefix-only":

@@ -4,8 +4,8 @@ cache warm.
 Layout: other-file snippets first (they change rarely), then the FIM part. The bundled model uses SPM
 (suffix, then prefix), so typing at the cursor only changes the end of the prompt. The prefix and suffix are
 trimmed at line-block boundaries counted from the file's start (prefix) and end (suffix), so the cut points
-do not move while the user types between them: consecutive keystrokes share a long token prefix, which
-`prefix_reuse_rate` measures.
+do not move while the user types between them: consecutive keystrokes share a long token prefix (the engine
+counts what it reuses, `reused_prompt_tokens`; tests/unit/test_context_fim.py checks the layout keeps it).
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
-
-from engine.sequences import common_prefix_length
 
 CountTokens = Callable[[str], int]
 
@@ -288,14 +286,3 @@ def fit_prefix_suffix(
     used = count_tokens(kept_suffix) if kept_suffix else 0
     kept_prefix = trim_prefix(prefix, budget - used, count_tokens, first_line=first_line)
     return kept_prefix, kept_suffix
-
-
-# -- KV-cache reuse measurement -----------------------------------------------------------------
-def prefix_reuse_rate(token_sequences: Sequence[Sequence[int]]) -> float:
-    """Fraction of each prompt's tokens already present as a prefix of the prompt before it, over
-    consecutive prompts (the first prompt is not counted)."""
-    reused = total = 0
-    for previous, current in zip(token_sequences, token_sequences[1:], strict=False):
-        reused += common_prefix_length(previous, current)
-        total += len(current)
-    return reused / total if total else 0.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from engine.api import CompletionRequest
@@ -9,6 +10,16 @@ from lsp_server.context.builder import CompletionContext
 
 if TYPE_CHECKING:
     from lsp_server.config import ServerSettings
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def without_lone_surrogates(text: str) -> str:
+    """`text` with each lone surrogate (valid in LSP's JSON, not in UTF-8) as U+FFFD, the same length in
+    characters and UTF-8 bytes; a tokenizer refuses the whole string otherwise, and one bad character in a
+    document would break every prompt that quotes it."""
+    return text if text.isascii() else _LONE_SURROGATE.sub("\ufffd", text)
 
 
 def engine_request(
@@ -19,15 +30,16 @@ def engine_request(
 ) -> CompletionRequest:
     """The request for one completion at the cursor `ctx` describes; `previous_completion` is the suggestion
     this one replaces (the stale drafter re-verifies it)."""
+    clean = without_lone_surrogates
     return CompletionRequest(
-        prompt=ctx.prompt,
+        prompt=clean(ctx.prompt),
         max_new_tokens=settings.max_new_tokens,
         temperature=settings.temperature,
         stop_strings=ctx.stop_strings,
-        lookup_context=ctx.lookup_snippets,
-        suffix=ctx.suffix,
-        previous_completion=previous_completion,
+        lookup_context=tuple(clean(snippet) for snippet in ctx.lookup_snippets),
+        suffix=clean(ctx.suffix),
+        previous_completion=clean(previous_completion),
         drafter=settings.drafter,
         stop_check=ctx.stop_check,
-        forced_prefix=ctx.forced_prefix,
+        forced_prefix=clean(ctx.forced_prefix),
     )

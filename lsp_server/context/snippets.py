@@ -29,6 +29,7 @@ WINDOW_LINES = 16
 WINDOW_STRIDE = 8
 QUERY_LINES_BEFORE = 24
 QUERY_LINES_AFTER = 8
+MAX_LINE_CHARS = 400  # of a longer line (minified code), snippets and queries see only its start
 DEFINITION_LINES = 12
 
 # Keywords and common type names say nothing about which code is related.
@@ -59,7 +60,7 @@ def display_path(uri: str, parts: int = 3) -> str:
 def _windows(text: str) -> tuple[tuple[int, str, frozenset[str]], ...]:
     """(start line, text, identifiers) of overlapping line windows; cached per text (documents that are
     not being edited keep the same str object, whose hash Python caches)."""
-    lines = text.split("\n")
+    lines = [line[:MAX_LINE_CHARS] for line in text.split("\n")]
     result = []
     for start in range(0, max(len(lines) - WINDOW_STRIDE, 1), WINDOW_STRIDE):
         chunk = "\n".join(lines[start : start + WINDOW_LINES]).strip("\n")
@@ -73,9 +74,10 @@ def query_identifiers(text: str, offset: int) -> frozenset[str]:
     line_start = text.rfind("\n", 0, offset) + 1
     line_end = text.find("\n", offset)
     line_end = len(text) if line_end == -1 else line_end
-    before = text[:line_start].split("\n")[-QUERY_LINES_BEFORE - 1 :]
-    after = text[line_end + 1 :].split("\n", QUERY_LINES_AFTER)[:QUERY_LINES_AFTER]
-    return identifiers_in("\n".join(before + after)) - _STOPWORDS
+    reach = (QUERY_LINES_BEFORE + QUERY_LINES_AFTER + 2) * MAX_LINE_CHARS  # never more than these lines hold
+    before = text[max(0, line_start - reach) : line_start].split("\n")[-QUERY_LINES_BEFORE - 1 :]
+    after = text[line_end + 1 : line_end + 1 + reach].split("\n", QUERY_LINES_AFTER)[:QUERY_LINES_AFTER]
+    return identifiers_in("\n".join(line[:MAX_LINE_CHARS] for line in before + after)) - _STOPWORDS
 
 
 def similar_snippets(current: Document, offset: int, others: Sequence[Document]) -> list[ScoredSnippet]:

@@ -58,9 +58,16 @@ def did_change(ls: SpeclsServer, params: types.DidChangeTextDocumentParams) -> N
     except UnknownDocumentError:
         ls.log(logging.WARNING, f"didChange for {uri}, which is not open; ignored")
         return
-    except PositionError as exc:
-        ls.log(logging.ERROR, f"didChange for {uri} rejected, the document is now out of sync: {exc}")
+    except PositionError as exc:  # OutOfSyncError included
+        ls.log(
+            logging.ERROR,
+            f"didChange for {uri} rejected; out of sync, no suggestions until its full text: {exc}",
+        )
+        ls.scheduler.document_closed(uri)  # stop and forget what was generated for the old copy
+        return
     ls.scheduler.document_changed(uri)
+    if not ls.store.get(uri).servable:  # a lone carriage return arrived
+        ls.scheduler.document_closed(uri)
 
 
 @guarded(None)

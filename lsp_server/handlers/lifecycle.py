@@ -76,4 +76,6 @@ def did_change_configuration(ls: SpeclsServer, params: types.DidChangeConfigurat
     if ls.settings.model_key() != previous.model_key():
         ls.reload_task = asyncio.ensure_future(load_with_progress(ls))
     else:
-        ls.scheduler.update_settings(ls.settings)
+        ls.fit_settings_to_model()  # within the loaded model's window (and update the scheduler)
+        if ls.scheduler.info is None:
+            ls.scheduler.update_settings(ls.settings)

@@ -10,6 +10,7 @@ import asyncio
 import json
 import socket
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -360,7 +361,16 @@ async def test_bad_input_is_answered_and_the_server_stays_up() -> None:
         assert any("out of sync" in m for m in messages)
         assert any("nowhere.py" in m for m in messages)
         assert any(m.startswith("did_close failed: UnknownDocumentError") for m in messages)
-        # After all of that, the document that was edited badly is intact and completes.
+        # After all of that, the document that was edited badly gets nothing until the client's full text
+        # resyncs it (the client applied the edit; our copy no longer matches), then it completes.
+        assert await session.suggestion(URI) == ""
+        session.versions[URI] = 3
+        client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                types.VersionedTextDocumentIdentifier(3, URI),
+                [types.TextDocumentContentChangeWholeDocument(session.texts[URI])],
+            )
+        )
         assert await session.suggestion(URI) == GREET[1]
         stats = await session.stats()
         assert stats["failed_generations"] == 1
@@ -540,10 +550,11 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-async def test_tcp_transport_binds_localhost() -> None:
+async def test_tcp_transport_binds_localhost(tmp_path: Path) -> None:
     port = _free_port()
+    token_file = tmp_path / "token"
     process = subprocess.Popen(
-        serve_command("--backend", "fake", "--tcp", "--port", str(port)),
+        serve_command("--backend", "fake", "--tcp", "--port", str(port), "--token-file", str(token_file)),
         cwd=REPO,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -558,9 +569,9 @@ async def test_tcp_transport_binds_localhost() -> None:
                 await asyncio.sleep(0.1)
         else:
             pytest.fail("the server did not listen on 127.0.0.1")
-        writer.write(
-            _frame({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}})
-        )
+        options = {"token": token_file.read_text().strip()}
+        params = {"capabilities": {}, "initializationOptions": options}
+        writer.write(_frame({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}))
         await writer.drain()
         response: dict[str, Any] = {}
         while response.get("id") != 1:  # log messages may come first

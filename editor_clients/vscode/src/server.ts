@@ -8,6 +8,7 @@ import {
 } from "vscode-languageclient/node";
 
 import { currentConfig, SECTION, serverLaunch, toInitializationOptions } from "./settings";
+import { connect, readToken, tcpTarget } from "./tcp";
 import type { ServerStatus, StatusBar } from "./statusBar";
 import { ACCEPT_COMMAND, SuggestionTracker, suggestionIdOf } from "./suggestions";
 
@@ -60,18 +61,32 @@ export class SpeclsServer implements vscode.Disposable {
   async start(): Promise<void> {
     const config = currentConfig();
     const launch = serverLaunch(config);
-    const serverOptions: ServerOptions = {
+    let serverOptions: ServerOptions = {
       command: launch.command,
       args: launch.args,
     };
+    const initializationOptions = toInitializationOptions(config);
+    let what = `${launch.command} ${launch.args.join(" ")}`;
+    try {
+      const target = tcpTarget(config.get<string>("tcp") ?? "", config.get<string>("tcpTokenFile") ?? "");
+      if (target) {
+        initializationOptions.token = readToken(target.tokenFile); // the first message must carry it
+        serverOptions = () => connect(target);
+        what = `tcp ${target.host}:${target.port}`;
+      }
+    } catch (error) {
+      const message = error instanceof Error ? error.message : String(error);
+      this.statusBar.update({ state: "error", message });
+      throw error;
+    }
     const clientOptions: LanguageClientOptions = {
       documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
-      initializationOptions: toInitializationOptions(config),
+      initializationOptions,
       outputChannel: this.output,
       middleware: this.middleware(),
     };
-    this.output.info(`starting: ${launch.command} ${launch.args.join(" ")}`);
-    this.statusBar.update({ state: "loading", message: `starting ${launch.command}` });
+    this.output.info(`starting: ${what}`);
+    this.statusBar.update({ state: "loading", message: `starting ${what}` });
     const client = new LanguageClient("specls", "specls", serverOptions, clientOptions);
     client.onNotification("specls/status", (status: ServerStatus) => this.statusBar.update(status));
     this.client = client;
@@ -80,7 +95,7 @@ export class SpeclsServer implements vscode.Disposable {
       await client.start();
     } catch (error) {
       const message = error instanceof Error ? error.message : String(error);
-      this.statusBar.update({ state: "error", message: `could not start ${launch.command}: ${message}` });
+      this.statusBar.update({ state: "error", message: `could not start ${what}: ${message}` });
       throw error;
     }
   }

@@ -13,6 +13,9 @@ export interface ServerSettings {
   target: string | null;
   draft: string | null;
   device: string;
+  dtype: string;
+  runtime: string;
+  quantize: string;
   endpoint: string | null;
   remoteModel: string | null;
   apiKeyEnv: string;
@@ -21,11 +24,16 @@ export interface ServerSettings {
   drafter: string;
   debounceMs: number;
   firstLineFirst: boolean;
+  partialAfterMs: number;
+  firstLineMs: number;
+  warm: boolean;
+  warmIdleMs: number;
   maxLines: number;
   suppressInComments: boolean;
   suppressInStrings: boolean;
   tokenHealing: boolean;
   contextTokens: number;
+  promptShape: string;
 }
 
 type ServerKey = keyof ServerSettings;
@@ -33,12 +41,16 @@ type ServerKey = keyof ServerSettings;
 /** Server keys whose value is a path or name where "" means "not set" (the bundled model, no endpoint). */
 const OPTIONAL_STRING_KEYS: readonly ServerKey[] = ["target", "draft", "endpoint", "remoteModel"];
 
-/** Every server key; the order is the order they are sent in. */
+/** Every server key; the order is the order they are sent in (tests/unit/test_settings_agree.py checks it
+ * against the server's declaration, lsp_server/config.py). */
 export const SERVER_KEYS: readonly ServerKey[] = [
   "backend",
   "target",
   "draft",
   "device",
+  "dtype",
+  "runtime",
+  "quantize",
   "endpoint",
   "remoteModel",
   "apiKeyEnv",
@@ -47,21 +59,31 @@ export const SERVER_KEYS: readonly ServerKey[] = [
   "drafter",
   "debounceMs",
   "firstLineFirst",
+  "partialAfterMs",
+  "firstLineMs",
+  "warm",
+  "warmIdleMs",
   "maxLines",
   "suppressInComments",
   "suppressInStrings",
   "tokenHealing",
   "contextTokens",
+  "promptShape",
 ];
 
 /** Changing one of these means the model (or the process) must be started again. */
 export const RESTART_KEYS: readonly string[] = [
   "serverCommand",
   "serverArgs",
+  "tcp",
+  "tcpTokenFile",
   "backend",
   "target",
   "draft",
   "device",
+  "dtype",
+  "runtime",
+  "quantize",
   "endpoint",
   "remoteModel",
   "apiKeyEnv",

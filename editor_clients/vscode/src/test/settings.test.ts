@@ -19,6 +19,9 @@ describe("settings -> initializationOptions", () => {
       target: null,
       draft: null,
       device: "auto",
+      dtype: "auto",
+      runtime: "auto",
+      quantize: "none",
       endpoint: null,
       remoteModel: null,
       apiKeyEnv: "SPECLS_API_KEY",
@@ -27,11 +30,16 @@ describe("settings -> initializationOptions", () => {
       drafter: "hybrid",
       debounceMs: 0,
       firstLineFirst: false,
+      partialAfterMs: 80,
+      firstLineMs: 100,
+      warm: true,
+      warmIdleMs: 300,
       maxLines: 8,
       suppressInComments: false,
       suppressInStrings: true,
       tokenHealing: true,
       contextTokens: 1536,
+      promptShape: "auto",
     });
   });
 
@@ -93,7 +101,7 @@ describe("server launch", () => {
 describe("restart decision", () => {
   it("restarts for the model, the device and the process; not for live settings", () => {
     const changed = (key: string) => (section: string) => section === `specls.${key}`;
-    for (const key of ["target", "draft", "device", "backend", "serverCommand", "serverArgs"]) {
+    for (const key of ["target", "draft", "device", "dtype", "backend", "serverCommand", "serverArgs"]) {
       assert.equal(needsRestart(changed(key)), true, key);
     }
     for (const key of ["maxNewTokens", "temperature", "debounceMs", "maxLines", "contextTokens"]) {
