@@ -17,13 +17,13 @@ output follows the target's constrained distribution.
 from __future__ import annotations
 
 import bisect
-import string
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 
-WORD_CHARACTERS = string.ascii_letters + string.digits + "_"
+from engine.words import ASCII_WORD_CHARACTERS
+
 INDENT_CHARACTERS = " \t"
 WHITESPACE = " \t\r\n"
 
@@ -99,8 +99,8 @@ class TokenTexts:
 
 def can_spell_words(token_texts: TokenTexts) -> bool:
     """Whether every ASCII word character, the space and the tab are tokens of their own: any healed fragment
-    can be spelled."""
-    return all(token_texts.has_text(character) for character in WORD_CHARACTERS + INDENT_CHARACTERS)
+    (an ASCII word and the whitespace before it, `engine.words`) can be spelled."""
+    return all(token_texts.has_text(character) for character in ASCII_WORD_CHARACTERS + INDENT_CHARACTERS)
 
 
 def remaining_after(remaining: str, token_text: str) -> str | None:

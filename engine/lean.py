@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -32,6 +34,26 @@ PREFILL_CHUNK = 512  # bounds the attention scores buffer for long prompts
 # 4-8 ms a layer at 1,000-2,000 cached positions (0.5B shapes, one thread) against 0.6-1.3 ms this way, and
 # bf16 batched matmuls on CPU are slower still (no oneDNN path). From ~8 queries on SDPA is as fast or faster.
 FEW_QUERIES = 8
+# An interruptible prefill (a request that may be cancelled, a warm-up) goes in pieces of this many tokens
+# and checks between layers: a cancel waits for one layer of one piece, and nothing computed is lost (a
+# piece stopped part-way keeps its hidden states, and the next prefill of the same tokens goes on from there).
+INTERRUPTIBLE_CHUNK = 128
+
+
+@dataclass
+class _Partial:
+    """A prefill piece stopped after `layers` layers: its tokens (which start right after the cached ones),
+    and their hidden states after those layers. The cache holds their keys and values for those layers."""
+
+    tokens: list[int]
+    layers: int
+    hidden: torch.Tensor
+
+
+class _Stopped(Exception):
+    def __init__(self, partial: _Partial) -> None:
+        super().__init__("prefill stopped part-way")
+        self.partial = partial
 
 
 LEAN_MODEL_TYPES = ("llama", "qwen2")  # the same block; qwen2 adds q/k/v biases, fused with the weights
@@ -52,18 +74,31 @@ def supports_lean(model: PreTrainedModel) -> bool:
     )
 
 
+def _fused_weight(projections: list[Any]) -> torch.Tensor:
+    """The projections' weights stacked into one matrix, which the Hugging Face modules then view: the HF
+    forward (a reference in tests, the fallback path) keeps working and the weights are held once, not twice
+    (the fp32 pair of Qwen2.5-Coder 1.5B + 0.5B would otherwise need ~14 GB)."""
+    fused = torch.cat([projection.weight for projection in projections])
+    start = 0
+    for projection in projections:
+        rows = projection.weight.shape[0]
+        projection.weight.data = fused[start : start + rows]
+        start += rows
+    return fused
+
+
 class _Layer:
     def __init__(self, hf_layer: Any, quantization: Quantization) -> None:
         attn = hf_layer.self_attn
         mlp = hf_layer.mlp
         self.input_norm = hf_layer.input_layernorm.weight
         self.post_norm = hf_layer.post_attention_layernorm.weight
-        qkv_weight = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
+        qkv_weight = _fused_weight([attn.q_proj, attn.k_proj, attn.v_proj])
         biases = [attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias]
         qkv_bias = torch.cat(biases) if all(b is not None for b in biases) else None
         self.qkv = make_linear(qkv_weight, qkv_bias, quantization)
         self.o = make_linear(attn.o_proj.weight, attn.o_proj.bias, quantization)
-        gate_up_weight = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
+        gate_up_weight = _fused_weight([mlp.gate_proj, mlp.up_proj])
         self.gate_up = make_linear(gate_up_weight, None, quantization)
         self.down = make_linear(mlp.down_proj.weight, None, quantization)
 
@@ -126,6 +161,7 @@ class LeanLlamaDecoder:
             self.keys = torch.zeros(shape, device=self.device, dtype=self.dtype)
             self.values = torch.zeros(shape, device=self.device, dtype=self.dtype)
         self._tokens: list[int] = []
+        self._partial: _Partial | None = None
 
     @property
     def cached_tokens(self) -> list[int]:
@@ -133,6 +169,8 @@ class LeanLlamaDecoder:
 
     def crop(self, length: int) -> None:
         # Positions past `length` stay in the tensors and are overwritten by the next forward.
+        if length < len(self._tokens):
+            self._partial = None  # it continued the tokens cropped away
         del self._tokens[max(0, length) :]
 
     def forward(self, token_ids: list[int]) -> torch.Tensor:
@@ -143,8 +181,47 @@ class LeanLlamaDecoder:
         for start in range(0, len(token_ids), PREFILL_CHUNK):
             self._run(token_ids[start : start + PREFILL_CHUNK], logits=False)
 
+    def prefill_interruptibly(self, token_ids: list[int], should_stop: Callable[[], bool]) -> int:
+        """Prefill in pieces until `should_stop()`, checked before every layer. A piece stopped part-way
+        is kept as a `_Partial`; a later prefill whose tokens start the same way resumes it from the layer
+        where it stopped (a start of it suffices: attention is causal). Returns the tokens now cached."""
+        done = 0
+        while done < len(token_ids):
+            piece = token_ids[done : done + INTERRUPTIBLE_CHUNK]
+            resume = self._resumable(piece)
+            if resume is not None:
+                piece = resume.tokens
+            try:
+                self._run(piece, logits=False, should_stop=should_stop, resume=resume)
+            except _Stopped as stopped:
+                self._partial = stopped.partial
+                break
+            done += len(piece)
+        return done
+
+    def _resumable(self, piece: list[int]) -> _Partial | None:
+        """The stopped piece's work that `piece` can reuse: its longest common start."""
+        partial = self._partial
+        if partial is None:
+            return None
+        shared = 0
+        for mine, theirs in zip(partial.tokens, piece, strict=False):
+            if mine != theirs:
+                break
+            shared += 1
+        if shared == 0:
+            return None
+        return _Partial(partial.tokens[:shared], partial.layers, partial.hidden[:shared])
+
     @torch.inference_mode()
-    def _run(self, token_ids: list[int], logits: bool) -> torch.Tensor:
+    def _run(
+        self,
+        token_ids: list[int],
+        logits: bool,
+        should_stop: Callable[[], bool] | None = None,
+        resume: _Partial | None = None,
+    ) -> torch.Tensor:
+        self._partial = None  # this call writes where a stopped piece left its work
         count = len(token_ids)
         start = len(self._tokens)
         end = start + count
@@ -154,8 +231,10 @@ class LeanLlamaDecoder:
             raise ValueError(
                 f"cache holds {self.max_length} positions; {start} cached + {count} new do not fit"
             )
-        ids = torch.tensor(token_ids, device=self.device)
-        hidden = F.embedding(ids, self.embed)  # [count, hidden]
+        if resume is not None:
+            first_layer, hidden = resume.layers, resume.hidden
+        else:
+            first_layer, hidden = 0, F.embedding(torch.tensor(token_ids, device=self.device), self.embed)
         cos, signed_sin = self.cos[start:end], self.signed_sin[start:end]
         mask = float_mask = None
         if count > 1:  # query i sits at position start + i and sees keys 0..start + i
@@ -167,7 +246,11 @@ class LeanLlamaDecoder:
         heads, kv_heads, head_dim = self.num_heads, self.num_kv_heads, self.head_dim
         rotated_width = (heads + kv_heads) * head_dim  # q and k columns of the fused projection
         norm_shape, eps = (self.hidden_size,), self.eps
-        for keys, values, layer in zip(self.keys, self.values, self.layers, strict=True):
+        for index, (keys, values, layer) in enumerate(zip(self.keys, self.values, self.layers, strict=True)):
+            if index < first_layer:
+                continue
+            if should_stop is not None and should_stop():
+                raise _Stopped(_Partial(token_ids, index, hidden))
             qkv = layer.qkv(F.rms_norm(hidden, norm_shape, layer.input_norm, eps))
             # q and k heads take their rotary embedding together: one rope over [count, heads + kv_heads].
             qk = _rope(qkv[:, :rotated_width].view(count, heads + kv_heads, head_dim), cos, signed_sin)

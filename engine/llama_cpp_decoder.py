@@ -96,10 +96,6 @@ class LlamaCppDecoder:
     def cached_tokens(self) -> list[int]:
         return list(self._tokens)
 
-    @property
-    def num_cached(self) -> int:
-        return len(self._tokens)
-
     def crop(self, length: int) -> None:
         length = max(0, length)
         if length < len(self._tokens):

@@ -26,6 +26,7 @@ from engine.api import (
     CompletionResult,
     DraftLengthPolicy,
     OnText,
+    WarmResult,
 )
 from engine.autoregressive import autoregressive_generate
 from engine.costs import StepCosts, measure_step_costs
@@ -36,11 +37,12 @@ from engine.drafters.lookup import PromptLookupDrafter
 from engine.drafters.model import ModelDrafter
 from engine.drafters.stale import StaleCompletionDrafter
 from engine.drafters.suffix import SuffixDrafter
-from engine.generation import DecodeSettings
+from engine.generation import DecodeSettings, fit_prompt, sync_cache
 from engine.healing import ForcedPrefix, TokenTexts, can_spell_words
 from engine.hf_decoder import context_length
 from engine.models import ModelPair, end_of_text_ids, load_pair
 from engine.runtime import RuntimeChoice, build_draft_decoder, build_target_decoder
+from engine.sequences import common_prefix_length
 from engine.speculative import PollingDecoder, speculative_generate
 
 if TYPE_CHECKING:
@@ -264,6 +266,19 @@ class LocalEngine:
                 step_costs=self.step_costs if request.seed is None else None,
                 forced=forced,
             )
+
+    def warm(self, request: CompletionRequest, *, cancel: CancelToken | None = None) -> WarmResult:
+        """Prefill the target's cache with the prompt `request` would send (fitted to the window the same
+        way), generating nothing; a cancel stops it soon and keeps what it computed."""
+        prompt_ids = self.encode(request.prompt)
+        if len(prompt_ids) < 2:
+            return WarmResult(0, len(prompt_ids))
+        fitted, _ = fit_prompt(prompt_ids, self.target.max_length, request.max_new_tokens)
+        with self._lock, torch.inference_mode():
+            sync_cache(self.target, fitted, cancel)
+            cached = common_prefix_length(self.target.cached_tokens, fitted)
+        # The last prompt token is never cached (the first decode step feeds it): all but it is all.
+        return WarmResult(len(fitted) if cached >= len(fitted) - 1 else cached, len(fitted))
 
     def _draft_policy(self, request: CompletionRequest) -> DraftLengthPolicy:
         """The request's own policy, else the learned one: learning into this model's acceptance, or from

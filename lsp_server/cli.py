@@ -12,12 +12,12 @@ SUBCOMMANDS: dict[str, str] = {
     "serve": "run the language server (stdio by default)",
     "generate": "complete a prompt file with the engine and print the result",
     "demo": "replay typing a file through the real server and show live ghost text",
-    "bench": "run the throughput or keystroke-latency benchmark",
+    "bench": "run a benchmark: throughput, draft lengths, keystroke latency, line starts, infilling",
     "train": "train the bundled target and draft pair on local code",
     "info": "show the resolved model pair",
     "doctor": "check the environment and say how to fix what is wrong",
     "export": "export the bundled pair (gguf)",
-    "pull": "download and convert a named model once (smollm2-135m)",
+    "pull": "download and convert a named model once (qwen2.5-coder-0.5b, see docs/models.md)",
 }
 
 

@@ -5,13 +5,16 @@ validated strictly: a line or character out of range, or a position inside a mul
 middle of a surrogate pair or of a UTF-8 sequence), raises PositionError and changes nothing.
 
 Lines end at "\\n" (a "\\r" before it belongs to the terminator), which is also how tree-sitter counts
-rows, so the line index and the tree always agree. A per-line offset index in characters and in UTF-8
+rows, so the line index and the tree always agree. LSP also counts a lone "\\r" as a line break: a document
+holding one is marked out of sync (its positions would not match the client's) and is not served; nor is one
+whose edit failed to apply or whose version did not go up, until a full-text change resyncs it. A per-line offset index in characters and in UTF-8
 bytes, with a lazily applied shift, keeps a keystroke in a multi-megabyte file from costing O(lines).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,6 +24,7 @@ from tree_sitter import Parser, Point, Tree
 from lsp_server.context.languages import canonical_language, new_parser
 
 ENCODINGS = ("utf-8", "utf-16", "utf-32")
+_LONE_CR = re.compile("\r(?!\n)")
 PARSE_CHUNK = 65536  # bytes handed to tree-sitter per read
 PARSE_BUDGET_S = 2.0  # a (re)parse that takes longer is given up, and the document goes without a tree
 
@@ -31,6 +35,12 @@ class UnknownDocumentError(LookupError):
 
 class PositionError(ValueError):
     """A position that does not address a character boundary of the document."""
+
+
+class OutOfSyncError(PositionError):
+    """The store's copy of a document can no longer be trusted to match the client's: an edit did not
+    apply, its version did not go up, or the text holds a lone carriage return (a line break to LSP, not to
+    this store's line index). No position is served until a full-text change brings it back."""
 
 
 @dataclass(frozen=True)
@@ -177,6 +187,15 @@ class Document:
     # (~40 ms on a 3.6 MB Python file), so keystrokes without a completion request never pay for it.
     _tree: Tree | None = field(default=None, repr=False)
     _tree_stale: bool = field(default=True, repr=False)
+    # Where the file's part of the last prompt began (a line number): the next prompt starts there too while
+    # it fits, so moving down a line or typing keeps the cached KV prefix (`context.builder`).
+    prompt_start_line: int | None = field(default=None, repr=False)
+    in_sync: bool = True  # False after an edit that did not apply or a version that did not go up
+    lone_cr: bool = False  # the text holds a "\r" not followed by "\n"
+
+    @property
+    def servable(self) -> bool:
+        return self.in_sync and not self.lone_cr
 
     @property
     def tree(self) -> Tree | None:
@@ -216,6 +235,14 @@ class Document:
         the line index and the tree are copied, a tree copy is cheap)."""
         tree = self._tree.copy() if self._tree is not None else None
         return dataclasses.replace(self, lines=self.lines.copy(), _tree=tree)
+
+    def line_ending_at(self, line: int) -> str:
+        """The line break the file uses near `line`: that of the line itself, else of the one before."""
+        for candidate in (line, line - 1):
+            if 0 <= candidate < len(self.lines) - 1:
+                end = self.lines.char_start(candidate + 1) - 1  # the "\n"
+                return "\r\n" if end > 0 and self.text[end - 1] == "\r" else "\n"
+        return "\n"
 
     def line_of(self, offset: int) -> int:
         """The line holding character `offset`."""
@@ -274,6 +301,7 @@ class DocumentStore:
             data=data,
             lines=_LineIndex(text),
             parser=parser,
+            lone_cr=_has_lone_cr(text),
         )
 
     def close(self, uri: str) -> None:
@@ -308,6 +336,14 @@ class DocumentStore:
                     doc.parser = None
 
     # -- positions ------------------------------------------------------------------------------
+    def servable(self, uri: str) -> Document:
+        """The document, if its copy can be trusted to match the client's; OutOfSyncError if not."""
+        doc = self.get(uri)
+        if not doc.servable:
+            reason = "a lone carriage return" if doc.in_sync else "an edit that did not apply"
+            raise OutOfSyncError(f"{uri} is out of sync ({reason}); no suggestions until its full text")
+        return doc
+
     def offset_at(self, uri: str, line: int, character: int) -> int:
         return self._offset(self.get(uri), line, character)
 
@@ -332,6 +368,17 @@ class DocumentStore:
         """Apply `changes` in order. Each range is validated against the text left by the previous
         change; a bad one raises PositionError and the document is restored to its state before the call."""
         doc = self.get(uri)
+        # A full text resyncs, whatever came before; anything else needs a trusted copy and a newer version.
+        full = max((i for i, change in enumerate(changes) if change.range is None), default=None)
+        if full is not None:
+            changes, doc.in_sync = changes[full:], True
+        elif not doc.in_sync:
+            raise OutOfSyncError(
+                f"{uri} is out of sync; an incremental edit cannot apply until the full text"
+            )
+        elif version <= doc.version:
+            doc.in_sync = False
+            raise OutOfSyncError(f"{uri}: version {version} does not follow {doc.version}; edit refused")
         undo: list[tuple[int, int, str]] = []  # (start, end of inserted text, replaced text)
         try:
             for change in changes:
@@ -345,14 +392,25 @@ class DocumentStore:
                         raise PositionError(f"range end {change.range[2:]} is before its start")
                 undo.append((start, start + len(change.text), doc.text[start:end]))
                 _replace(doc, start, end, change.text)
+                if change.range is None:
+                    doc.lone_cr = _has_lone_cr(doc.text)
+                elif not doc.lone_cr:  # only the edited spot can have made one
+                    doc.lone_cr = _has_lone_cr(doc.text[max(0, start - 1) : start + len(change.text) + 1])
+                else:
+                    doc.lone_cr = _has_lone_cr(doc.text)
         except PositionError:
             for start, end, old_text in reversed(undo):
                 _replace(doc, start, end, old_text)
             if undo:
                 doc._tree = None  # the tree saw the edits and their inverses; parse from scratch
+            doc.in_sync = False  # the client applied it; our copy no longer matches
             raise
-        doc.version = version
+        doc.version = max(doc.version, version)  # never back: an old generation must not look current
         doc.last_touched = time.monotonic()
+
+
+def _has_lone_cr(text: str) -> bool:
+    return "\r" in text and _LONE_CR.search(text) is not None
 
 
 def _replace(doc: Document, start: int, end: int, text: str) -> None:

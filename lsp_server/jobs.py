@@ -18,6 +18,7 @@ class Waiter:
     typed_when_asked: str  # what the user had typed after the generation's anchor when the request arrived
     first_line_only: bool
     future: asyncio.Future[str | None]  # the text to answer with, or None: diverged, start a new generation
+    partial_due: bool = False  # past the partial-answer deadline: any non-blank text so far will do
 
 
 @dataclass
@@ -32,12 +33,12 @@ class Generation:
     doc_text: str  # the document when it was requested (a reference, not a copy)
     anchor: int  # the cursor, as an index into doc_text
     previous_completion: str
-    requested_at: float
     cancel: CancelToken = field(default_factory=CancelToken)
     text: str = ""  # completion text so far (streamed; finalized when done)
     agreed_typing: str = ""  # the latest typing after the anchor that this generation still agrees with
     done: bool = False
     failed: bool = False
+    end_reason: str = ""  # why it ended without text to serve (for the empty-answer counts)
     waiters: list[Waiter] = field(default_factory=list)
 
 
@@ -67,8 +68,9 @@ class FairQueue:
 
 
 def is_current(store: DocumentStore, uri: str, version: int) -> bool:
-    """True while the document is open and still at `version`."""
+    """True while the document is open, still at `version` and in sync with the client."""
     try:
-        return store.get(uri).version == version
+        document = store.get(uri)
+        return document.version == version and document.servable
     except UnknownDocumentError:
         return False

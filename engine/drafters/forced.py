@@ -31,7 +31,7 @@ class ForcedPrefixDrafter:
         self._spelling = self.forced.active  # the loop plans every round, before it drafts
         if self._spelling:
             lead = self.forced.lead_ids()
-            return DraftPlan(FORCED, copy_found=True, available=len(lead), length=len(lead))
+            return DraftPlan(FORCED, copy_found=True, length=len(lead))
         if isinstance(self.inner, PlanningDrafter):
             return self.inner.plan(context_ids)
         return DraftPlan(self.inner.name, copy_found=False)

@@ -68,7 +68,7 @@ class HybridDrafter:
             if self.acceptance[self.model.name] >= self.model_min_acceptance:
                 return self.model, self.model.plan(context_ids)
             self._forgive(self.model.name)
-        return None, DraftPlan("none", copy_found=False, available=0)
+        return None, DraftPlan("none", copy_found=False)
 
     def _forgive(self, name: str) -> None:
         rate = self.acceptance[name]

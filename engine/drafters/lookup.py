@@ -151,8 +151,8 @@ class PromptLookupDrafter:
     def plan(self, context_ids: list[int]) -> DraftPlan:
         match = self._match(context_ids, self.max_tokens)
         if match is None:
-            return DraftPlan(self.name, copy_found=False, available=0, match_len=0)
-        return DraftPlan(self.name, copy_found=True, available=len(match.tokens), match_len=match.ngram)
+            return DraftPlan(self.name, copy_found=False, match_len=0)
+        return DraftPlan(self.name, copy_found=True, match_len=match.ngram)
 
     def propose(self, context_ids: list[int], max_tokens: int) -> Draft:
         match = self._match(context_ids, max_tokens)

@@ -52,7 +52,7 @@ class ModelDrafter:
         self._cached_len = 0  # tokens in the decoder's cache after the pending draft
 
     def plan(self, context_ids: list[int]) -> DraftPlan:
-        return DraftPlan(self.name, copy_found=False, available=None)
+        return DraftPlan(self.name, copy_found=False)
 
     def _window_start(self, context_len: int, k: int) -> int:
         """Left-truncate when the context plus the draft does not fit the decoder's window.

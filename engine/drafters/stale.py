@@ -83,7 +83,7 @@ class StaleCompletionDrafter:
 
     def plan(self, context_ids: list[int]) -> DraftPlan:
         tokens, overlap = self._remainder(context_ids, self.max_tokens)
-        return DraftPlan(self.name, copy_found=bool(tokens), available=len(tokens), match_len=overlap)
+        return DraftPlan(self.name, copy_found=bool(tokens), match_len=overlap)
 
     def propose(self, context_ids: list[int], max_tokens: int) -> Draft:
         tokens = self._remainder(context_ids, max_tokens)[0]

@@ -42,7 +42,7 @@ class SuffixDrafter:
 
     def plan(self, context_ids: list[int]) -> DraftPlan:
         tokens, ngram = self._match(context_ids, self.max_tokens)
-        return DraftPlan(self.name, copy_found=bool(tokens), available=len(tokens), match_len=ngram)
+        return DraftPlan(self.name, copy_found=bool(tokens), match_len=ngram)
 
     def propose(self, context_ids: list[int], max_tokens: int) -> Draft:
         return Draft(token_ids=self._match(context_ids, max_tokens)[0], draft_probs=None, drafter=self.name)

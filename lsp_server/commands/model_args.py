@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 TARGET_HELP = (
-    "target model: a pulled name (smollm2-135m, see `specls pull`), a local Hugging Face folder or a hub id "
-    "(default: bundled)"
+    "target model: a pulled name (qwen2.5-coder-0.5b, see `specls pull`), a local Hugging Face folder or a hub "
+    "id (default: serve and demo take the default model when it is pulled, see docs/models.md; else bundled)"
 )
 DRAFT_HELP = (
     "draft model: a local folder or hub id, or 'none' for the copying drafters only "

@@ -4,8 +4,8 @@ cache warm.
 Layout: other-file snippets first (they change rarely), then the FIM part. The bundled model uses SPM
 (suffix, then prefix), so typing at the cursor only changes the end of the prompt. The prefix and suffix are
 trimmed at line-block boundaries counted from the file's start (prefix) and end (suffix), so the cut points
-do not move while the user types between them: consecutive keystrokes share a long token prefix, which
-`prefix_reuse_rate` measures.
+do not move while the user types between them: consecutive keystrokes share a long token prefix (the engine
+counts what it reuses, `reused_prompt_tokens`; tests/unit/test_context_fim.py checks the layout keeps it).
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
-
-from engine.sequences import common_prefix_length
 
 CountTokens = Callable[[str], int]
 
@@ -56,13 +54,24 @@ class FimTemplate:
             return context + header + prefix
         if self.order == "spm":
             return f"{context}{self.suffix_token}{suffix}{self.prefix_token}{prefix}{self.middle_token}"
-        pre = f"{self.prefix_token}{self.pre_gap}{prefix}{self.pre_gap}"
-        return f"{context}{pre}{self.suffix_token}{suffix}{self.mid_gap}{self.middle_token}"
+        # PSM: the cursor's line, up to the cursor, goes after the middle token, as text the middle already
+        # holds; the lines above stay in the prefix. Typing on the line then changes only the prompt's end,
+        # where plain PSM would re-read the whole suffix after every key (a layout llama.vim uses too).
+        above, line_head = split_current_line(prefix)
+        pre = f"{self.prefix_token}{self.pre_gap}{above}{self.pre_gap}"
+        return f"{context}{pre}{self.suffix_token}{suffix}{self.mid_gap}{self.middle_token}{line_head}"
 
     def format_snippet(self, snippet: Snippet, comment: str = "#") -> str:
         if self.file_sep is not None:
             return f"{self.file_sep}{snippet.path}\n{snippet.text}\n"
         return f"{comment} {snippet.path}\n{snippet.text}\n"
+
+
+def split_current_line(prefix: str) -> tuple[str, str]:
+    """(the lines before the cursor's line, that line up to the cursor): `prefix` cut after its last line
+    break."""
+    cut = prefix.rfind("\n") + 1
+    return prefix[:cut], prefix[cut:]
 
 
 BUNDLED = FimTemplate(
@@ -277,14 +286,3 @@ def fit_prefix_suffix(
     used = count_tokens(kept_suffix) if kept_suffix else 0
     kept_prefix = trim_prefix(prefix, budget - used, count_tokens, first_line=first_line)
     return kept_prefix, kept_suffix
-
-
-# -- KV-cache reuse measurement -----------------------------------------------------------------
-def prefix_reuse_rate(token_sequences: Sequence[Sequence[int]]) -> float:
-    """Fraction of each prompt's tokens already present as a prefix of the prompt before it, over
-    consecutive prompts (the first prompt is not counted)."""
-    reused = total = 0
-    for previous, current in zip(token_sequences, token_sequences[1:], strict=False):
-        reused += common_prefix_length(previous, current)
-        total += len(current)
-    return reused / total if total else 0.0

@@ -20,6 +20,7 @@ import functools
 import re
 from dataclasses import dataclass, field
 
+from engine.words import NAME, is_word_char
 from lsp_server.context.syntax import CLOSERS, MATCHING, OPENERS, Mode, indent_width, indentation
 
 _QUOTES = "\"'`"
@@ -75,7 +76,6 @@ def unmatched_closers(text: str, line_comment: str = "") -> list[str]:
 MAX_REPEATED_UNIT = 40
 MAX_REPEATED_LINES = 3
 _REPEATED_UNIT = re.compile(rf"(?=([^\n]{{2,{MAX_REPEATED_UNIT}}}?)\1\1)")
-_NAME = re.compile(r"(?<![A-Za-z0-9_])[A-Za-z_][A-Za-z0-9_]*")  # not the "e9" of "1e9"
 _ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)")  # "\x00" is data, not a name
 _HEX_DIGITS = "_0123456789abcdefABCDEF"
 _LITERALS = frozenset(
@@ -85,14 +85,10 @@ _LITERALS = frozenset(
 
 def _has_name(text: str, min_length: int = 1) -> bool:
     """Does `text` hold a name (of at least `min_length` characters) that is not a literal constant?"""
-    names = _NAME.findall(_ESCAPE.sub(" ", text))
+    names = NAME.findall(_ESCAPE.sub(" ", text))
     return any(
         len(name) >= min_length and name not in _LITERALS and name.strip(_HEX_DIGITS) for name in names
     )  # hex digits alone ("ffff", "_0") are data
-
-
-def _is_word_char(ch: str) -> bool:
-    return ch.isalnum() or ch == "_"
 
 
 @functools.lru_cache(maxsize=1024)
@@ -105,12 +101,12 @@ def _repeat_in_line(line: str) -> int | None:
             continue
         # Names are read on the repeated run widened to whole words: the unit may start mid-word ("e, Non").
         start, end = match.start(), match.start() + 3 * len(unit)
-        while 0 < start < end and _is_word_char(line[start]) and _is_word_char(line[start - 1]):
+        while 0 < start < end and is_word_char(line[start]) and is_word_char(line[start - 1]):
             start -= 1
-        while end < len(line) and _is_word_char(line[end - 1]) and _is_word_char(line[end]):
+        while end < len(line) and is_word_char(line[end - 1]) and is_word_char(line[end]):
             end += 1
         if end == len(line):  # a word at the end of the text may still grow ("Non" of "None"): leave it out
-            while end > start and _is_word_char(line[end - 1]):
+            while end > start and is_word_char(line[end - 1]):
                 end -= 1
         if _has_name(line[start:end], min_length=2):  # "%s %s %s" and "a, a, a" are not loops
             return match.start() + len(unit)

@@ -16,6 +16,7 @@ from typing import Literal
 
 from tree_sitter import Node, Tree
 
+from engine.words import is_word_char
 from lsp_server.context.languages import LanguageSpec, language_spec
 
 Mode = Literal["none", "single-line", "multi-line"]
@@ -27,10 +28,6 @@ MATCHING = {")": "(", "]": "[", "}": "{"}
 
 # Line endings that open a block, for languages without a grammar (and to double-check the tree).
 _FALLBACK_BLOCK_ENDINGS = ("{", ":", "(", "[", " do", " then", "=>", "->")
-
-
-def _is_word_char(ch: str) -> bool:
-    return ch.isalnum() or ch == "_"
 
 
 def node_at(tree: Tree, byte_offset: int) -> Node | None:
@@ -123,7 +120,7 @@ def completion_mode(
     before = text[line_start:offset]
     after = text[offset:line_end].rstrip("\r")
 
-    if offset < len(text) and _is_word_char(text[offset]) and before and _is_word_char(before[-1]):
+    if offset < len(text) and is_word_char(text[offset]) and before and is_word_char(before[-1]):
         return "none"  # the cursor splits a word: a completion would glue onto it
     spec = language_spec(language)
     kind: LiteralKind | None = None

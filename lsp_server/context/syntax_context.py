@@ -10,9 +10,9 @@ the classifier.
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable, Iterable
 
+from engine.words import NAME, is_word_char, word_start
 from lsp_server.context.syntax import CLOSERS, OPENERS
 
 # Names the syntax context of the next token from the text before it.
@@ -30,12 +30,11 @@ SYNTAX_CONTEXTS = (
     "statement-start",  # indentation done, a new statement begins: the biggest choice
 )
 
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _OPERATOR_CHARS = set("=+-*/%<>!&|^~,.?:@")
 
 
 def identifiers_in(text: str, min_length: int = 3) -> frozenset[str]:
-    return frozenset(word for word in _IDENTIFIER.findall(text) if len(word) >= min_length)
+    return frozenset(word for word in NAME.findall(text) if len(word) >= min_length)
 
 
 def syntax_context_of(text_before: str, known_identifiers: Iterable[str] = ()) -> str:
@@ -54,13 +53,13 @@ def syntax_context_of(text_before: str, known_identifiers: Iterable[str] = ()) -
         return "closing"
     if last in OPENERS:
         return "after-open"
-    if last.isalnum() or last == "_":
-        match = re.search(r"[A-Za-z_][A-Za-z0-9_]*$", line)
-        if match is None:
+    if is_word_char(last):
+        start = word_start(line)
+        word = line[start:]
+        if NAME.fullmatch(word) is None:
             return "other"  # digits
-        word = match.group(0)
-        earlier = text_before[: line_start + match.start()]
-        known = set(known_identifiers) | set(_IDENTIFIER.findall(earlier))
+        earlier = text_before[: line_start + start]
+        known = set(known_identifiers) | set(NAME.findall(earlier))
         if any(name.startswith(word) and name != word for name in known):
             return "known-identifier"
         return "identifier"

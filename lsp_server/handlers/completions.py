@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from lsprotocol import types
 
+from engine.words import word_start
 from lsp_server.documents import PositionError, UnknownDocumentError
 from lsp_server.handlers.guard import guarded
 from lsp_server.language_server import SpeclsServer
@@ -27,7 +28,7 @@ async def inline_completion(
     if suggestion is None:
         return types.InlineCompletionList(items=[])
     item = types.InlineCompletionItem(
-        insert_text=suggestion.text,
+        insert_text=_in_line_endings_of(ls, uri, position.line, suggestion.text),
         range=types.Range(position, position),
         command=_accept_command(suggestion.suggestion_id),
     )
@@ -35,6 +36,19 @@ async def inline_completion(
     if selected is not None:
         item = _extending_the_selected_item(ls, uri, position, item, selected) or item
     return types.InlineCompletionList(items=[item])
+
+
+def _in_line_endings_of(ls: SpeclsServer, uri: str, line: int, text: str) -> str:
+    """`text` with the document's line breaks: a CRLF file gets CRLF suggestions (the model's text has the
+    prompt's mix, the scheduler's comparisons use plain "\n")."""
+    if "\n" not in text:
+        return text
+    try:
+        ending = ls.store.get(uri).line_ending_at(line)
+    except UnknownDocumentError:
+        return text
+    plain = text.replace("\r\n", "\n")
+    return plain.replace("\n", ending) if ending != "\n" else plain
 
 
 def _extending_the_selected_item(
@@ -81,15 +95,14 @@ def _completion_item(
     try:
         document = ls.store.get(uri)
         cursor = ls.store.offset_at(uri, position.line, position.character)
-        word_start = cursor
-        while word_start > 0 and (
-            document.text[word_start - 1].isalnum() or document.text[word_start - 1] == "_"
-        ):
-            word_start -= 1
-        start_line, start_character = ls.store.position_at(uri, word_start)
+        start = word_start(document.text, cursor)
+        start_line, start_character = ls.store.position_at(uri, start)
     except (UnknownDocumentError, PositionError):
         return None  # the document changed while we generated; the client asks again
-    word = document.text[word_start:cursor]
+    word = document.text[start:cursor]
+    suggestion = Suggestion(
+        _in_line_endings_of(ls, uri, position.line, suggestion.text), suggestion.suggestion_id
+    )
     return types.CompletionItem(
         label=completion_label(word + suggestion.text),
         kind=types.CompletionItemKind.Text,

@@ -228,3 +228,25 @@ def test_a_shared_token_file_must_be_private(tmp_path: Path) -> None:
         env=server_env(),
     )
     assert done.returncode == 2 and "chmod 600" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_concurrent_sessions_share_the_model_fairly_and_cancel_only_their_own(tmp_path: Path) -> None:
+    server = TcpServer(tmp_path, "--fake-token-delay-ms", "40")  # ~0.3 s per answer
+    try:
+        _, a = server.session()
+        b_sock, b = server.session()
+        _, c = server.session()
+        a.open(URI, "def alpha(")
+        b.open(URI, "def beta(")
+        c.open(URI, "def beta(")
+        inline = {"position": {"line": 0, "character": 9}, "context": {"triggerKind": 2}}
+        b.request_async("textDocument/inlineCompletion", {"textDocument": {"uri": URI}, **inline})
+        ask_c = c.request_async("textDocument/inlineCompletion", {"textDocument": {"uri": URI}, **inline})
+        b_sock.close()  # B leaves mid-generation: its work stops, nobody else's does
+        assert a.suggestion(URI, 0, 10) == "a):\n    return 'A'"  # waits its turn, then whole
+        assert c.response(ask_c)["result"]["items"][0]["insertText"] == "b):\n    return 'B'"
+        assert server.proc.poll() is None
+        assert_clean(server.stderr)
+    finally:
+        server.close()

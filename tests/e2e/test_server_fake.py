@@ -31,8 +31,15 @@ def texts(result: types.InlineCompletionList | None) -> list[str]:
     return [item.insert_text for item in result.items] if result is not None else []
 
 
+# These tests are about scheduling with slow scripted generations: they wait for whole suggestions unless
+# they say otherwise (no mid-line partial answer, no first-line deadline; tests/unit/test_scheduler.py
+# covers those).
+WHOLE_ANSWERS = {"partialAfterMs": 0, "firstLineMs": 60_000}
+
+
 def fake_options(*rules: tuple[str, str], delay_ms: float = 0, **settings: Any) -> dict[str, Any]:
-    return {"fake": {"rules": [list(rule) for rule in rules], "tokenDelayMs": delay_ms}, **settings}
+    fake = {"rules": [list(rule) for rule in rules], "tokenDelayMs": delay_ms}
+    return {"fake": fake, **WHOLE_ANSWERS, **settings}
 
 
 async def test_capabilities_progress_and_a_first_suggestion() -> None:
@@ -354,7 +361,16 @@ async def test_bad_input_is_answered_and_the_server_stays_up() -> None:
         assert any("out of sync" in m for m in messages)
         assert any("nowhere.py" in m for m in messages)
         assert any(m.startswith("did_close failed: UnknownDocumentError") for m in messages)
-        # After all of that, the document that was edited badly is intact and completes.
+        # After all of that, the document that was edited badly gets nothing until the client's full text
+        # resyncs it (the client applied the edit; our copy no longer matches), then it completes.
+        assert await session.suggestion(URI) == ""
+        session.versions[URI] = 3
+        client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                types.VersionedTextDocumentIdentifier(3, URI),
+                [types.TextDocumentContentChangeWholeDocument(session.texts[URI])],
+            )
+        )
         assert await session.suggestion(URI) == GREET[1]
         stats = await session.stats()
         assert stats["failed_generations"] == 1

@@ -29,7 +29,7 @@ def test_lookup_never_matches_the_tail_with_itself() -> None:
     drafter = PromptLookupDrafter(min_ngram=2, max_ngram=4)
     assert drafter.propose([1, 2, 3, 4, 5], 8).token_ids == []
     plan = drafter.plan([1, 2, 3, 4, 5])
-    assert not plan.copy_found and plan.available == 0
+    assert not plan.copy_found
 
 
 def test_lookup_respects_min_ngram() -> None:
@@ -48,7 +48,7 @@ def test_lookup_searches_other_files_and_stops_at_their_end() -> None:
     drafter = PromptLookupDrafter([other_file], min_ngram=2)
     assert drafter.propose([1, 2, 21, 22], 10).token_ids == [23, 24]
     plan = drafter.plan([1, 2, 21, 22])
-    assert plan.copy_found and plan.available == 2 and plan.match_len == 2
+    assert plan.copy_found and plan.match_len == 2
 
 
 def test_lookup_prefers_the_context_over_other_files_at_equal_length() -> None:
@@ -153,7 +153,7 @@ EARLIER = [1, 2, 3, 4, 5, 6]
 def test_stale_proposes_the_whole_remainder_in_the_first_round() -> None:
     drafter = StaleCompletionDrafter(EARLIER)
     plan = drafter.plan(PROMPT)
-    assert plan.drafter == "stale" and plan.copy_found and plan.available == 6
+    assert plan.drafter == "stale" and plan.copy_found
     draft = drafter.propose(PROMPT, 32)
     assert draft.token_ids == EARLIER and draft.drafter == "stale" and draft.draft_probs is None
 

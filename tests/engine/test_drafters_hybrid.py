@@ -21,7 +21,7 @@ class ScriptedModel:
         self.observed: list[tuple[int, int]] = []
 
     def plan(self, context_ids: list[int]) -> DraftPlan:
-        return DraftPlan(self.name, copy_found=False, available=None)
+        return DraftPlan(self.name, copy_found=False)
 
     def propose(self, context_ids: list[int], max_tokens: int) -> Draft:
         return Draft(token_ids=self.tokens[:max_tokens], draft_probs=None, drafter=self.name)

@@ -96,7 +96,7 @@ def test_bad_input_raises_and_keeps_the_cache(decoder: LlamaCppDecoder, prompt: 
         decoder.forward([1] * WINDOW)
     assert decoder.cached_tokens == prompt[:6]
     decoder.forward(prompt[6:8])  # still usable
-    assert decoder.num_cached == 8
+    assert decoder.cached_tokens == prompt[:8]
 
 
 def test_speculative_greedy_leaves_plain_only_at_near_ties(

@@ -7,7 +7,13 @@ import random
 import pytest
 
 from lsp_server.context.languages import new_parser
-from lsp_server.documents import DocumentStore, PositionError, TextChange, UnknownDocumentError
+from lsp_server.documents import (
+    DocumentStore,
+    OutOfSyncError,
+    PositionError,
+    TextChange,
+    UnknownDocumentError,
+)
 
 URI = "file:///w/a.py"
 SOURCE = 'def 函数(x):\n    s = "😀 emoji"\n    return x  # 注释 🎉\n\nclass K:\n    pass\n'
@@ -68,6 +74,38 @@ def test_bad_change_leaves_document_untouched() -> None:
     assert doc.version == 1
     assert _sexp(doc.tree) == tree_before
     assert store.offset_at(URI, 4, 0) == SOURCE.index("class")
+    # The client applied what we could not, so our copy is out of sync until a full text resyncs it.
+    with pytest.raises(OutOfSyncError):
+        store.servable(URI)
+    with pytest.raises(OutOfSyncError):
+        store.change(URI, 3, [good])  # an incremental edit cannot apply to an untrusted copy
+    store.change(URI, 4, [TextChange(None, "# hi\n" + SOURCE)])
+    assert store.servable(URI).text == "# hi\n" + SOURCE
+
+
+def test_a_version_that_does_not_go_up_is_refused_until_a_full_text() -> None:
+    store = DocumentStore("utf-16")
+    store.open(URI, "python", 5, "a = 1\n")
+    with pytest.raises(OutOfSyncError, match="version 5 does not follow 5"):
+        store.change(URI, 5, [TextChange((0, 0, 0, 0), "b")])
+    assert store.get(URI).text == "a = 1\n" and store.get(URI).version == 5
+    with pytest.raises(OutOfSyncError):
+        store.servable(URI)
+    store.change(URI, 3, [TextChange(None, "c = 3\n")])  # a full text resyncs; the version never goes back
+    assert store.servable(URI).text == "c = 3\n" and store.get(URI).version == 5
+
+
+def test_a_lone_carriage_return_makes_a_document_unservable_until_it_is_gone() -> None:
+    store = DocumentStore("utf-16")
+    store.open(URI, "python", 1, "a = 1\r\nb = 2\r\n")
+    assert store.servable(URI).line_ending_at(0) == "\r\n"
+    store.change(URI, 2, [TextChange((0, 5, 1, 0), "\r")])  # the "\r\n" becomes a lone "\r"
+    with pytest.raises(OutOfSyncError, match="lone carriage return"):
+        store.servable(URI)
+    store.change(URI, 3, [TextChange(None, "a = 1\nb = 2\n")])
+    assert store.servable(URI).line_ending_at(1) == "\n"
+    store.change(URI, 4, [TextChange((1, 5, 1, 5), "\rx")])  # a new one, typed
+    assert not store.get(URI).servable
 
 
 def test_unknown_document() -> None:

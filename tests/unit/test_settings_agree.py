@@ -137,10 +137,10 @@ def test_setup_examples_name_only_declared_settings() -> None:
     assert "README.md" in found and "editor_clients/README.md" in found, found
     for page, keys in found.items():
         assert keys <= set(SETTINGS), f"{page} names unknown settings: {sorted(keys - set(SETTINGS))}"
-    vscode_examples = re.findall(
-        r'"specls\.([\w.]+)"', (REPO / "editor_clients" / "README.md").read_text(encoding="utf-8")
-    )
-    assert vscode_examples and set(vscode_examples) <= set(_vscode_properties())
+    # settings.json keys in the clients' page; the settings table of the extension's own page
+    for page, quote in ((REPO / "editor_clients" / "README.md", '"'), (VSCODE / "README.md", "`")):
+        named = set(re.findall(rf"{quote}specls\.(\w[\w.]*){quote}", page.read_text(encoding="utf-8")))
+        assert named and named <= set(_vscode_properties()), (page, sorted(named - set(_vscode_properties())))
 
 
 def _doc_table(heading: str) -> list[list[str]]:

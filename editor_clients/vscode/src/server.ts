@@ -8,8 +8,12 @@ import {
 } from "vscode-languageclient/node";
 
 import { currentConfig, SECTION, serverLaunch, toInitializationOptions } from "./settings";
+import { connect, readToken, tcpTarget } from "./tcp";
 import type { ServerStatus, StatusBar } from "./statusBar";
 import { ACCEPT_COMMAND, SuggestionTracker, suggestionIdOf } from "./suggestions";
+
+const CURSOR_NOTIFICATION = "specls/cursor";
+const CURSOR_REST_MS = 200;
 
 export class SpeclsServer implements vscode.Disposable {
   private client: LanguageClient | undefined;
@@ -24,24 +28,65 @@ export class SpeclsServer implements vscode.Disposable {
   ) {
     this.subscriptions.push(
       vscode.workspace.onDidCloseTextDocument((document) => this.tracker.closed(document.uri.toString())),
+      // Where the user is, so the server can warm its cache for the next request there (not on typing:
+      // every key press already asks for a completion at the cursor).
+      vscode.window.onDidChangeTextEditorSelection((event) => {
+        if (event.kind !== undefined && event.kind !== vscode.TextEditorSelectionChangeKind.Command) {
+          this.cursorSoon(event.textEditor);
+        }
+      }),
+      vscode.window.onDidChangeActiveTextEditor((editor) => editor && this.cursorSoon(editor)),
+      vscode.window.onDidChangeTextEditorVisibleRanges((event) => this.cursorSoon(event.textEditor)),
     );
+  }
+
+  private cursorTimer: ReturnType<typeof setTimeout> | undefined;
+
+  /** `specls/cursor` once the cursor has rested for a moment (a burst of moves sends one). */
+  private cursorSoon(editor: vscode.TextEditor): void {
+    clearTimeout(this.cursorTimer);
+    this.cursorTimer = setTimeout(() => {
+      const client = this.client;
+      if (!client?.isRunning() || editor.document.isClosed) {
+        return;
+      }
+      const position = editor.selection.active;
+      void client.sendNotification(CURSOR_NOTIFICATION, {
+        textDocument: { uri: client.code2ProtocolConverter.asUri(editor.document.uri) },
+        position: { line: position.line, character: position.character },
+      });
+    }, CURSOR_REST_MS);
   }
 
   async start(): Promise<void> {
     const config = currentConfig();
     const launch = serverLaunch(config);
-    const serverOptions: ServerOptions = {
+    let serverOptions: ServerOptions = {
       command: launch.command,
       args: launch.args,
     };
+    const initializationOptions = toInitializationOptions(config);
+    let what = `${launch.command} ${launch.args.join(" ")}`;
+    try {
+      const target = tcpTarget(config.get<string>("tcp") ?? "", config.get<string>("tcpTokenFile") ?? "");
+      if (target) {
+        initializationOptions.token = readToken(target.tokenFile); // the first message must carry it
+        serverOptions = () => connect(target);
+        what = `tcp ${target.host}:${target.port}`;
+      }
+    } catch (error) {
+      const message = error instanceof Error ? error.message : String(error);
+      this.statusBar.update({ state: "error", message });
+      throw error;
+    }
     const clientOptions: LanguageClientOptions = {
       documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
-      initializationOptions: toInitializationOptions(config),
+      initializationOptions,
       outputChannel: this.output,
       middleware: this.middleware(),
     };
-    this.output.info(`starting: ${launch.command} ${launch.args.join(" ")}`);
-    this.statusBar.update({ state: "loading", message: `starting ${launch.command}` });
+    this.output.info(`starting: ${what}`);
+    this.statusBar.update({ state: "loading", message: `starting ${what}` });
     const client = new LanguageClient("specls", "specls", serverOptions, clientOptions);
     client.onNotification("specls/status", (status: ServerStatus) => this.statusBar.update(status));
     this.client = client;
@@ -50,7 +95,7 @@ export class SpeclsServer implements vscode.Disposable {
       await client.start();
     } catch (error) {
       const message = error instanceof Error ? error.message : String(error);
-      this.statusBar.update({ state: "error", message: `could not start ${launch.command}: ${message}` });
+      this.statusBar.update({ state: "error", message: `could not start ${what}: ${message}` });
       throw error;
     }
   }
@@ -105,6 +150,7 @@ export class SpeclsServer implements vscode.Disposable {
   }
 
   dispose(): void {
+    clearTimeout(this.cursorTimer);
     for (const subscription of this.subscriptions) {
       subscription.dispose();
     }

@@ -17,6 +17,12 @@ local M = {}
 ---@field keymaps specls.Keymaps
 ---@field hl_group string
 ---@field use_builtin boolean|'auto'
+---@field tcp specls.Tcp? connect to a running `specls serve --tcp` instead of starting one
+
+---@class specls.Tcp
+---@field host string
+---@field port integer
+---@field token_file string? nil: the server's default file for the port
 
 ---@type specls.Config
 M.defaults = {
@@ -43,6 +49,9 @@ M.defaults = {
   -- Use Neovim's own vim.lsp.inline_completion (0.12+) when it exists: 'auto', true or false.
   -- The built-in client accepts whole suggestions only; accept word/line need false.
   use_builtin = 'auto',
+  -- tcp = { host = '127.0.0.1', port = 2087, token_file = nil }: connect to `specls serve --tcp` (Neovim
+  -- 0.8+) and send its token (read from token_file, else the server's default file for the port).
+  tcp = nil,
 }
 
 local expected = {
@@ -76,8 +85,19 @@ function M.resolve(user)
     return config, { 'setup() expects a table, got ' .. type(user) }
   end
   for key, value in pairs(user) do
-    if M.defaults[key] == nil and key ~= 'filetypes' then
+    if M.defaults[key] == nil and key ~= 'filetypes' and key ~= 'tcp' then
       table.insert(problems, ('unknown option %q ignored'):format(key))
+    elseif key == 'tcp' then
+      if
+        type(value) == 'table'
+        and type(value.port) == 'number'
+        and (value.host == nil or type(value.host) == 'string')
+        and (value.token_file == nil or type(value.token_file) == 'string')
+      then
+        config.tcp = { host = value.host or '127.0.0.1', port = value.port, token_file = value.token_file }
+      else
+        table.insert(problems, 'tcp must be { host = "127.0.0.1", port = 2087, token_file = nil }; ignored')
+      end
     elseif key == 'use_builtin' then
       if value == 'auto' or type(value) == 'boolean' then
         config.use_builtin = value

@@ -5,6 +5,8 @@
 local M = {
   client_id = nil,
   status = { state = 'stopped', message = 'not started' },
+  ---@type fun()?
+  on_ready = nil,
 }
 
 local lsp_config -- built by M.configure from the plugin config
@@ -24,8 +26,45 @@ end
 ---@param params specls.Status
 local function on_status(_, params)
   if type(params) == 'table' then
+    local was_ready = M.status.state == 'ready'
     M.status = params
+    if params.state == 'ready' and not was_ready and M.on_ready then
+      vim.schedule(M.on_ready) -- e.g. tell the server where the cursor is, so it warms its cache there
+    end
   end
+end
+
+local tcp -- the plugin's `tcp` option, when it connects instead of starting a server
+
+--- The default token file of `specls serve --tcp --port PORT` (lsp_server/auth.py).
+---@param port integer
+---@return string
+function M.default_token_file(port)
+  local runtime = os.getenv('XDG_RUNTIME_DIR')
+  if runtime and runtime ~= '' and vim.fn.isdirectory(runtime) == 1 then
+    return ('%s/specls/tcp-%d.token'):format(runtime, port)
+  end
+  local cache = os.getenv('SPECLS_CACHE_DIR')
+  cache = (cache and cache ~= '') and vim.fn.expand(cache) or (vim.fn.expand('~') .. '/.cache/specls')
+  return ('%s/tcp-%d.token'):format(cache, port)
+end
+
+--- The server's token, read when connecting (the server writes it when it starts).
+---@param options specls.Tcp
+---@return string? token
+---@return string? error
+function M.read_token(options)
+  local path = options.token_file or M.default_token_file(options.port)
+  local file = io.open(path, 'r')
+  if not file then
+    return nil, 'cannot read the token file ' .. path .. ' (is `specls serve --tcp` running?)'
+  end
+  local token = vim.trim(file:read('*a') or '')
+  file:close()
+  if token == '' then
+    return nil, 'the token file ' .. path .. ' is empty'
+  end
+  return token, nil
 end
 
 --- Remember how to start the server; `hook(client, bufnr)` runs on every attach.
@@ -33,6 +72,7 @@ end
 ---@param hook fun(client: vim.lsp.Client, bufnr: integer)
 function M.configure(config, hook)
   on_attach_hooks = { hook }
+  tcp = config.tcp
   lsp_config = {
     name = 'specls',
     cmd = config.cmd,
@@ -67,6 +107,22 @@ function M.attach(bufnr)
   if not lsp_config then
     error('specls: call require("specls").setup() first')
   end
+  if tcp and not M.client() then
+    if not (vim.lsp.rpc and vim.lsp.rpc.connect) then
+      M.status = { state = 'error', message = 'tcp needs Neovim 0.8 or newer' }
+      return nil
+    end
+    local token, problem = M.read_token(tcp)
+    if not token then
+      M.status = { state = 'error', message = problem }
+      vim.notify('specls: ' .. problem, vim.log.levels.ERROR)
+      return nil
+    end
+    lsp_config.cmd = vim.lsp.rpc.connect(tcp.host, tcp.port)
+    local options = vim.deepcopy(lsp_config.init_options)
+    options.token = token -- the first message must carry it (docs/configuration.md, TCP)
+    lsp_config.init_options = options
+  end
   if vim.lsp.start then -- 0.8+: starts or reuses the client and attaches in one call
     M.client_id = vim.lsp.start(lsp_config, { bufnr = bufnr }) or M.client_id
     return M.client_id
@@ -74,7 +130,8 @@ function M.attach(bufnr)
   if not M.client() then
     M.client_id = vim.lsp.start_client(lsp_config)
     if not M.client_id then
-      M.status = { state = 'error', message = 'could not start ' .. table.concat(lsp_config.cmd, ' ') }
+      local what = type(lsp_config.cmd) == 'table' and table.concat(lsp_config.cmd, ' ') or 'the tcp connection'
+      M.status = { state = 'error', message = 'could not start ' .. what }
       return nil
     end
     M.status = { state = 'loading', message = 'starting' }
