@@ -206,3 +206,20 @@ class CompletionBackend(Protocol):
     ) -> CompletionResult: ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class WarmResult:
+    """What a warm-up left in the KV cache: `cached_tokens` of the prompt's `prompt_tokens`."""
+
+    cached_tokens: int
+    prompt_tokens: int
+
+
+@runtime_checkable
+class WarmingBackend(Protocol):
+    """A backend that can fill its cache with a prompt while the user is idle, so that the request that
+    follows finds it computed. Low priority: the caller cancels it for any real request, and what it
+    computed before the cancel stays cached."""
+
+    def warm(self, request: CompletionRequest, *, cancel: CancelToken | None = None) -> WarmResult: ...

@@ -30,7 +30,9 @@ def autoregressive_generate(
     result's text leaves out.
     """
     with torch.inference_mode():
-        run = start_decoding(target, prompt_ids, settings, decode=decode, on_text=on_text, forced=forced)
+        run = start_decoding(
+            target, prompt_ids, settings, decode=decode, on_text=on_text, forced=forced, cancel=cancel
+        )
         pending = run.prompt_ids[-1]  # fed next; its logits choose the next token
         while run.output.finish is None:
             if cancel is not None and cancel.cancelled:

@@ -6,6 +6,7 @@ the baseline and the draft-model drafter only ever talk to this protocol.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -34,6 +35,15 @@ class PrefillingDecoder(CausalDecoder, Protocol):
     """A decoder that can fill its cache without computing logits (skips the vocabulary projection)."""
 
     def prefill(self, token_ids: list[int]) -> None: ...
+
+
+@runtime_checkable
+class InterruptiblePrefill(Protocol):
+    """A decoder whose prefill can stop part-way, keeping what it computed (`engine.generation.sync_cache`)."""
+
+    def prefill_interruptibly(self, token_ids: list[int], should_stop: Callable[[], bool]) -> int:
+        """Prefill `token_ids` (no logits) until `should_stop()`; return how many are now cached."""
+        ...
 
 
 @runtime_checkable

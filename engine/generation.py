@@ -16,6 +16,7 @@ from time import perf_counter
 import torch
 
 from engine.api import (
+    CancelToken,
     CompletionRequest,
     CompletionResult,
     EngineStats,
@@ -24,7 +25,7 @@ from engine.api import (
     StopCheck,
     cut_at_stop,
 )
-from engine.decoder import CausalDecoder, PrefillingDecoder, device_of
+from engine.decoder import CausalDecoder, InterruptiblePrefill, PrefillingDecoder, device_of
 from engine.healing import ForcedPrefix
 from engine.sequences import common_prefix_length
 from engine.verify import warp_logits
@@ -81,21 +82,41 @@ def fit_prompt(prompt_ids: Sequence[int], window: int, max_new_tokens: int) -> t
     return list(prompt_ids[dropped:]), dropped
 
 
-def sync_cache(decoder: CausalDecoder, prompt_ids: list[int]) -> int:
+def sync_cache(decoder: CausalDecoder, prompt_ids: list[int], cancel: CancelToken | None = None) -> int:
     """Make the cache hold prompt_ids[:-1], reusing the common prefix; return the number of reused tokens.
 
     The last prompt token stays "pending": the first decode step feeds it (with any drafts) and reads the
     logits that choose the first new token, so every round is one forward and prefill needs no logits.
+
+    With `cancel`, the prefill stops soon after a cancel and the cache keeps the part already computed
+    (resumable prefill): the next call with the same prompt start goes on from there instead of starting
+    over. The caller sees the cancel itself and ends the call.
     """
     reused = common_prefix_length(decoder.cached_tokens, prompt_ids[:-1])
     decoder.crop(reused)
     remaining = prompt_ids[reused:-1]
-    if remaining:
-        if isinstance(decoder, PrefillingDecoder):
-            decoder.prefill(remaining)
-        else:
-            decoder.forward(remaining)
+    if not remaining:
+        return reused
+    if cancel is None:
+        _prefill(decoder, remaining)
+    elif isinstance(decoder, InterruptiblePrefill):
+        decoder.prefill_interruptibly(remaining, lambda: cancel.cancelled)
+    else:
+        for start in range(0, len(remaining), PREFILL_PIECE):
+            if cancel.cancelled:
+                break
+            _prefill(decoder, remaining[start : start + PREFILL_PIECE])
     return reused
+
+
+PREFILL_PIECE = 64  # tokens per piece of a cancellable prefill on decoders that cannot stop inside one
+
+
+def _prefill(decoder: CausalDecoder, token_ids: list[int]) -> None:
+    if isinstance(decoder, PrefillingDecoder):
+        decoder.prefill(token_ids)
+    else:
+        decoder.forward(token_ids)
 
 
 class TokenPicker:
@@ -250,12 +271,13 @@ def start_decoding(
     decode: Decode,
     on_text: OnText | None,
     forced: ForcedPrefix | None,
+    cancel: CancelToken | None = None,
 ) -> Decoding:
     """Fit the prompt to the window (`fit_prompt`) and prefill it, reusing the cached prefix (`sync_cache`).
     Call under `torch.inference_mode()`."""
     started = perf_counter()
     fitted, dropped = fit_prompt(prompt_ids, target.max_length, settings.max_new_tokens)
-    reused = sync_cache(target, fitted)
+    reused = sync_cache(target, fitted, cancel)
     prefilled = perf_counter()
     return Decoding(
         prompt_ids=fitted,

@@ -92,8 +92,11 @@ def speculative_generate(
     constrain = forced.constrain if forced is not None else _unconstrained
     learner = policy if isinstance(policy, LearningDraftPolicy) else None
     with torch.inference_mode():
-        # 1. Prefill: reuse the cached prefix shared with the previous call, feed only the new tokens.
-        run = start_decoding(target, prompt_ids, settings, decode=decode, on_text=on_text, forced=forced)
+        # 1. Prefill: reuse the cached prefix shared with the previous call, feed only the new tokens (a
+        #    cancel stops it part-way and the cache keeps what it computed).
+        run = start_decoding(
+            target, prompt_ids, settings, decode=decode, on_text=on_text, forced=forced, cancel=cancel
+        )
         stats, picker, output = run.stats, run.picker, run.output
         context = list(run.prompt_ids)
         while output.finish is None:

@@ -51,7 +51,15 @@ class ServerSettings:
     temperature: float = 0.0
     drafter: str = "hybrid"
     debounce_ms: int = 0
+    # Answer with the first line as soon as it is decoded (the rest is served from the generation) ...
     first_line_first: bool = False
+    # ... or once a request has waited this long for a multi-line suggestion whose first line is ready.
+    first_line_ms: int = 100
+    # Mid-line, answer after this long with the text generated so far (the next key's request is served
+    # from the generation as it grows); 0: wait for the first line.
+    partial_after_ms: int = 80
+    warm: bool = True  # prefill the cache while the user is idle (file opened, cursor moved, saved, a pause)
+    warm_idle_ms: int = 300  # the pause after the last request before the idle warm-up
     context: ContextSettings = field(default_factory=ContextSettings)
     fake: FakeSettings = field(default_factory=FakeSettings)
 
@@ -186,6 +194,10 @@ _FIELDS: dict[str, tuple[str, ValueType]] = {
     "drafter": ("drafter", _choice(DRAFTERS)),
     "debounceMs": ("debounce_ms", _int_in(0, 5000)),
     "firstLineFirst": ("first_line_first", _bool),
+    "partialAfterMs": ("partial_after_ms", _int_in(0, 10_000)),
+    "firstLineMs": ("first_line_ms", _int_in(0, 60_000)),
+    "warm": ("warm", _bool),
+    "warmIdleMs": ("warm_idle_ms", _int_in(0, 60_000)),
     "maxLines": ("context.max_lines", _int_in(1, 1000)),
     "suppressInComments": ("context.suppress_in_comments", _bool),
     "suppressInStrings": ("context.suppress_in_strings", _bool),

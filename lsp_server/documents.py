@@ -187,6 +187,9 @@ class Document:
     # (~40 ms on a 3.6 MB Python file), so keystrokes without a completion request never pay for it.
     _tree: Tree | None = field(default=None, repr=False)
     _tree_stale: bool = field(default=True, repr=False)
+    # Where the file's part of the last prompt began (a line number): the next prompt starts there too while
+    # it fits, so moving down a line or typing keeps the cached KV prefix (`context.builder`).
+    prompt_start_line: int | None = field(default=None, repr=False)
     in_sync: bool = True  # False after an edit that did not apply or a version that did not go up
     lone_cr: bool = False  # the text holds a "\r" not followed by "\n"
 

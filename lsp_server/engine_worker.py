@@ -15,9 +15,18 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-from engine.api import BackendInfo, CompletionBackend, CompletionResult
+from engine.api import (
+    BackendInfo,
+    CancelToken,
+    CompletionBackend,
+    CompletionResult,
+    FinishReason,
+    WarmingBackend,
+    WarmResult,
+)
 from lsp_server.config import ServerSettings
 from lsp_server.context import CompletionContext, ContextSettings
 from lsp_server.context.request import engine_request, without_lone_surrogates
@@ -34,6 +43,21 @@ Finalizer = Callable[[str, CompletionContext], str]
 OnLoaded = Callable[[BackendInfo | None, str | None, int], None]
 # (generation, final text, result, error): result is None exactly when error is set.
 OnDone = Callable[[Generation, str, CompletionResult | None, str | None], None]
+# (job, what it left cached): after every warm-up that ran.
+OnWarmed = Callable[["WarmJob", WarmResult], None]
+
+
+@dataclass
+class WarmJob:
+    """Fill the KV cache with the prompt a request at `offset` of `uri` (at `version`) would send.
+    `offset` None: the cursor is unknown (a file just opened); warm the longest start of the file that
+    fits the prompt budget, which every cursor in it shares with a prefix-first prompt."""
+
+    uri: str
+    version: int
+    offset: int | None
+    reason: str  # "open", "cursor", "save", "idle": for the statistics
+    cancel: CancelToken = field(default_factory=CancelToken)
 
 
 class EngineWorker:
@@ -53,6 +77,7 @@ class EngineWorker:
         on_text: Callable[[Generation, str], None],
         on_done: OnDone,
         on_cancel_to_idle: Callable[[float], None],
+        on_warmed: OnWarmed = lambda job, result: None,
     ) -> None:
         self._store = store
         self._store_lock = store_lock
@@ -65,6 +90,7 @@ class EngineWorker:
         self._on_text = on_text
         self._on_done = on_done
         self._on_cancel_to_idle = on_cancel_to_idle
+        self._on_warmed = on_warmed
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self.load_epoch = 0  # read and written on the loop only
@@ -74,6 +100,8 @@ class EngineWorker:
         self._queue = FairQueue()
         self._load_settings: ServerSettings | None = None
         self._stopping = False
+        self._warm: WarmJob | None = None  # the one pending warm-up; it runs only when no job waits
+        self._warming: WarmJob | None = None  # the one running
 
         # The thread's own.
         self._backend: CompletionBackend | None = None
@@ -95,11 +123,30 @@ class EngineWorker:
             self._cond.notify()
 
     def submit(self, generation: Generation) -> Generation | None:
-        """Queue `generation`; return the document's older queued one that it replaces."""
+        """Queue `generation`; return the document's older queued one that it replaces. A running warm-up
+        gives way at once (what it computed stays cached, and this generation's prefill goes on from it)."""
         with self._cond:
             replaced = self._queue.put(generation)
+            if self._warming is not None:
+                self._warming.cancel.cancel()
             self._cond.notify()
         return replaced
+
+    def warm(self, job: WarmJob) -> None:
+        """Warm the cache for `job` when the engine is idle; it replaces a pending or running warm-up."""
+        with self._cond:
+            if self._warm is not None:
+                self._warm.cancel.cancel()
+            if self._warming is not None:
+                self._warming.cancel.cancel()
+            self._warm = job
+            self._cond.notify()
+
+    @property
+    def busy(self) -> bool:
+        """A generation is queued (read on the loop: a hint, not a promise)."""
+        with self._cond:
+            return bool(len(self._queue))
 
     def withdraw(self, uri: str) -> Generation | None:
         """Take the document's generation off the queue (None when none is waiting to start)."""
@@ -141,17 +188,30 @@ class EngineWorker:
     def _main(self) -> None:
         while True:
             with self._cond:
-                while not self._stopping and self._load_settings is None and not len(self._queue):
+                while (
+                    not self._stopping
+                    and self._load_settings is None
+                    and not len(self._queue)
+                    and self._warm is None
+                ):
                     self._cond.wait()
                 if self._stopping:
                     break
                 to_load, epoch = self._load_settings, self.load_epoch
                 self._load_settings = None
                 generation = self._queue.pop() if to_load is None else None
+                warm = None
+                if to_load is None and generation is None:
+                    warm, self._warm = self._warm, None
+                    self._warming = warm
             if to_load is not None:
                 self._load_backend(to_load, epoch)
             elif generation is not None:
                 self._run(generation)
+            elif warm is not None:
+                self._run_warm(warm)
+                with self._cond:
+                    self._warming = None
         if self._backend is not None:
             self._backend.close()
 
@@ -172,7 +232,7 @@ class EngineWorker:
     def _run(self, generation: Generation) -> None:
         backend, info, settings = self._backend, self._info, self._settings()
         if backend is None or info is None or generation.cancel.cancelled:
-            self._post(self._on_done, generation, "", CompletionResult("", "cancelled"), None)
+            self._post(self._on_done, generation, "", _empty("cancelled", "cancelled-before-start"), None)
             return
         try:
             # The lock is held only to copy the documents: the prompt is built from the copy while the
@@ -193,10 +253,10 @@ class EngineWorker:
                 with self._store_lock:
                     self._store.adopt_trees(snapshot)
             if ctx is None:  # edited or closed since the request: the client asks again
-                self._post(self._on_done, generation, "", CompletionResult("", "cancelled"), None)
+                self._post(self._on_done, generation, "", _empty("cancelled", "stale-context"), None)
                 return
             if ctx.mode == "none":
-                self._post(self._on_done, generation, "", CompletionResult("", "stop"), None)
+                self._post(self._on_done, generation, "", _empty("stop", f"mode-none:{ctx.why_none}"), None)
                 return
             request = engine_request(ctx, settings, previous_completion=generation.previous_completion)
             self._post(self._on_started)
@@ -216,3 +276,57 @@ class EngineWorker:
             self._post(self._on_done, generation, "", None, f"{type(exc).__name__}: {exc}")
             return
         self._post(self._on_done, generation, text, result, None)
+
+    def _run_warm(self, job: WarmJob) -> None:
+        backend, info, settings = self._backend, self._info, self._settings()
+        if not isinstance(backend, WarmingBackend) or info is None or job.cancel.cancelled:
+            return
+        try:
+            with self._store_lock:
+                ctx = None
+                if is_current(self._store, job.uri, job.version):
+                    offset = job.offset
+                    if offset is None:
+                        offset = warm_offset(
+                            self._store, job.uri, settings.context.max_prompt_tokens, backend.count_tokens
+                        )
+                    ctx = self._build_context(
+                        self._store, job.uri, offset, info, settings.context, backend.count_tokens
+                    )
+            if ctx is None or ctx.mode == "none":
+                return
+            request = engine_request(ctx, settings, previous_completion="")
+            started = time.monotonic()
+            result = backend.warm(request, cancel=job.cancel)
+            logger.info(
+                "warm-up (%s) at %s:%s: %d of %d prompt tokens cached after %.0f ms%s",
+                job.reason,
+                job.uri,
+                offset,
+                result.cached_tokens,
+                result.prompt_tokens,
+                (time.monotonic() - started) * 1000,
+                " (pre-empted)" if job.cancel.cancelled else "",
+            )
+        except Exception:  # a warm-up is only an optimisation: log it, never take the worker down
+            logger.exception("warm-up failed")
+            return
+        self._post(self._on_warmed, job, result)
+
+
+def warm_offset(store: DocumentStore, uri: str, budget: int, count_tokens: Callable[[str], int]) -> int:
+    """Where to warm a file whose cursor is unknown: the end of the longest start of it that fits in the
+    prompt budget (with room for snippets and markers). A prefix-first prompt for any cursor above that
+    point is a start of the prompt warmed there, so it finds its whole prefix cached."""
+    text = store.get(uri).text
+    budget = int(budget * 0.9)
+    # About 3 characters a token: look no further than twice that, so a huge file costs no more.
+    end = len(text) if len(text) <= budget * 6 else text.rfind("\n", 0, budget * 3) + 1
+    while end > 0 and count_tokens(text[:end]) > budget:
+        end = text.rfind("\n", 0, end - max(1, end // 10)) + 1  # a tenth back, to a line start
+    return end
+
+
+def _empty(finish: FinishReason, why: str) -> CompletionResult:
+    """A result with no text that says why (counted in `specls/stats` under `empty_reasons`)."""
+    return CompletionResult("", finish, stats={"empty_reason": why})

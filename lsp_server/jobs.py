@@ -18,6 +18,7 @@ class Waiter:
     typed_when_asked: str  # what the user had typed after the generation's anchor when the request arrived
     first_line_only: bool
     future: asyncio.Future[str | None]  # the text to answer with, or None: diverged, start a new generation
+    partial_due: bool = False  # past the partial-answer deadline: any non-blank text so far will do
 
 
 @dataclass
@@ -37,6 +38,7 @@ class Generation:
     agreed_typing: str = ""  # the latest typing after the anchor that this generation still agrees with
     done: bool = False
     failed: bool = False
+    end_reason: str = ""  # why it ended without text to serve (for the empty-answer counts)
     waiters: list[Waiter] = field(default_factory=list)
 
 

@@ -122,6 +122,14 @@ class SpeclsServer(LanguageServer):
                 "model": info.target if info is not None else None,
                 "lastLatencyMs": round(stats.latencies_ms[-1], 2) if stats.latencies_ms else None,
                 "acceptanceRate": stats.acceptance_rate(),
+                # The editors show these: "generating", and the share of the last warmed prompt cached.
+                "generating": self.scheduler.generating,
+                "lastError": stats.last_error,
+                "warmCached": (
+                    round(stats.warm_cached[0] / stats.warm_cached[1], 3)
+                    if stats.warm_cached and stats.warm_cached[1]
+                    else None
+                ),
             },
         )
 

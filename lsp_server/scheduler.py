@@ -10,12 +10,17 @@ Policy.
 - One pending job per document; a newer request replaces it, and the replaced one is answered empty.
   Documents are served in the order their first pending job arrived, so one busy file cannot starve another.
 - A newer request or a `didChange` stops the document's running generation, unless the user only typed
-  characters that agree with it: then it keeps going and later requests are answered from it.
+  characters that agree with what it generated: then it keeps going and later requests are answered from
+  it. A generation with no text yet is stopped too: its prefill stays cached and the next one goes on.
 - A finished suggestion is cached per document; typing that matches its start is answered at once with the
   remainder, without a model call. On divergence a new generation starts and gets the old suggestion as
   `previous_completion`, so the stale drafter can re-verify it in one pass.
 - Every request gets an answer: a suggestion, an empty one, or (after `$/cancelRequest`, done by pygls when
   the awaiting task is cancelled) error -32800.
+- While the user is idle the engine warms its KV cache with the prompt the next request will need: when a
+  file opens (the cursor unknown: its longest start that fits the budget), when the client reports the
+  cursor (`specls/cursor`), on save, and `warmIdleMs` after the last request (which resumes a prefill that
+  typing cancelled). Any real request pre-empts a warm-up; what it computed stays cached.
 """
 
 from __future__ import annotations
@@ -31,14 +36,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
-from engine.api import BackendInfo, CompletionBackend, CompletionResult
+from engine.api import BackendInfo, CompletionBackend, CompletionResult, WarmResult
 from lsp_server.config import ServerSettings
 from lsp_server.context import build_completion_context, finalize_completion
 from lsp_server.documents import DocumentStore, PositionError, UnknownDocumentError
-from lsp_server.engine_worker import ContextBuilder, EngineWorker, Finalizer
+from lsp_server.engine_worker import ContextBuilder, EngineWorker, Finalizer, WarmJob
 from lsp_server.jobs import Generation, Waiter, is_current
 from lsp_server.statistics import Statistics
-from lsp_server.typed_ahead import complete_first_line, remainder_after, still_agrees, typed_since
+from lsp_server.typed_ahead import (
+    complete_first_line,
+    remainder_after,
+    still_agrees,
+    typed_since,
+    worth_keeping,
+)
 
 BackendState = Literal["idle", "loading", "ready", "error"]
 
@@ -78,6 +89,9 @@ class Scheduler:
         self._ids = itertools.count(1)
         self._latest: collections.OrderedDict[str, Generation] = collections.OrderedDict()
         self._debounce_seq: collections.Counter[str] = collections.Counter()
+        self._request_seq: collections.Counter[str] = collections.Counter()  # for the idle warm-up
+        self._cursors: dict[str, int] = {}  # the last known cursor offset per document
+        self._last_uri: str | None = None
         # Held by the loop while it edits documents and by the worker while it builds a prompt.
         self.store_lock = threading.Lock()
         self._worker = EngineWorker(
@@ -92,6 +106,7 @@ class Scheduler:
             on_text=self._on_text,
             on_done=self._on_done,
             on_cancel_to_idle=self.stats.cancel_to_idle_ms.append,
+            on_warmed=self._on_warmed,
         )
 
     # --- lifecycle (event loop) ---
@@ -123,6 +138,10 @@ class Scheduler:
         """Wait for the engine thread to end (after `stop`): it stops at the engine's next cancel check."""
         return self._worker.join(timeout)
 
+    @property
+    def generating(self) -> bool:
+        return any(not generation.done for generation in self._latest.values())
+
     @contextmanager
     def editing(self) -> Iterator[DocumentStore]:
         """Edit documents without racing the worker's prompt building."""
@@ -138,19 +157,37 @@ class Scheduler:
             return
         queued = self._worker.withdraw(uri)
         if queued is not None:  # not started yet: its prompt is already stale, the client will ask again
-            self._finish(queued, cancelled=True)
+            self._finish(queued, cancelled=True, reason="edited-before-start")
             return
         typed = self._typed_after(generation)
-        if typed is not None and still_agrees(generation.text, typed):
+        if typed is not None and worth_keeping(generation.text, typed):
             generation.agreed_typing = typed
             return
-        self._cancel(generation)
+        self._cancel(generation, "edited")
+
+    def document_opened(self, uri: str) -> None:
+        self._last_uri = uri
+        self._warm(uri, self._cursors.get(uri), "open")
+
+    def document_saved(self, uri: str) -> None:
+        self._warm(uri, self._cursors.get(uri), "save")
+
+    def cursor_moved(self, uri: str, line: int, character: int) -> None:
+        """The client says where the cursor is (focus, selection or visible range): warm there."""
+        try:
+            offset = self.store.offset_at(uri, line, character)
+        except (UnknownDocumentError, PositionError):
+            return
+        self._cursors[uri] = offset
+        self._last_uri = uri
+        self._warm(uri, offset, "cursor")
 
     def document_closed(self, uri: str) -> None:
+        self._cursors.pop(uri, None)
         generation = self._latest.pop(uri, None)
         if generation is not None and not generation.done:
             self._worker.withdraw(uri)
-            self._cancel(generation)
+            self._cancel(generation, "closed")
 
     # --- requests (event loop) ---
 
@@ -159,21 +196,28 @@ class Scheduler:
         started = time.monotonic()
         self.stats.requests += 1
         answer = await self._complete(uri, line, character)
-        if answer is None or not answer.text:
+        suggestion = answer if isinstance(answer, Suggestion) and answer.text else None
+        if suggestion is None:
             self.stats.answered_empty += 1
-            answer = None
+            # Why, counted: `specls/stats` and the keystroke benchmark show what keeps ghost text away.
+            self.stats.empty_reasons[answer if isinstance(answer, str) else "nothing-left"] += 1
         self.stats.latencies_ms.append((time.monotonic() - started) * 1000)
         self._on_completion()
-        return answer
+        return suggestion
 
-    async def _complete(self, uri: str, line: int, character: int) -> Suggestion | None:
+    async def _complete(self, uri: str, line: int, character: int) -> Suggestion | str:
+        """A suggestion, or why the answer is empty."""
         if self.state != "ready":
-            return None
+            return f"backend-{self.state}"
         located = self._locate(uri, line, character)
         if located is None:
-            return None
+            return "bad-position"
         version, text, offset = located
         self.store.touch(uri)
+        self._cursors[uri] = offset
+        self._last_uri = uri
+        self._request_seq[uri] += 1
+        self._schedule_idle_warm(uri, self._request_seq[uri])
 
         previous = self._latest.get(uri)
         if previous is not None:
@@ -183,18 +227,20 @@ class Scheduler:
                 if reused is not None:
                     return reused
                 if not self._is_current(uri, version):
-                    return None  # a newer edit arrived while we waited; a newer request owns the document
+                    return "superseded"  # a newer edit arrived while we waited; a newer request owns it
 
         if self.settings.debounce_ms > 0:
             self._debounce_seq[uri] += 1
             seq = self._debounce_seq[uri]
             await asyncio.sleep(self.settings.debounce_ms / 1000)
             if self._debounce_seq[uri] != seq or not self._is_current(uri, version):
-                return None  # superseded while we waited
+                return "superseded"  # superseded while we waited
 
         generation = self._submit(uri, version, text, offset, self._latest.get(uri))
-        answer = await self._wait(generation, typed="")
-        return Suggestion(answer, f"{generation.id}") if answer else None
+        answer = await self._wait(generation, "", self._partial_after(text, offset))
+        if answer is None:
+            return "diverged"  # the typing went elsewhere while it generated
+        return Suggestion(answer, f"{generation.id}") if answer else generation.end_reason or "nothing-left"
 
     def _locate(self, uri: str, line: int, character: int) -> tuple[int, str, int] | None:
         """(version, text, cursor offset) of a request, or None (logged) when it points nowhere."""
@@ -209,10 +255,10 @@ class Scheduler:
     def _is_current(self, uri: str, version: int) -> bool:
         return is_current(self.store, uri, version)
 
-    async def _reuse(self, generation: Generation, typed: str) -> Suggestion | None:
+    async def _reuse(self, generation: Generation, typed: str) -> Suggestion | str | None:
         """Serve from a generation the user's typing still agrees with.
 
-        None means "start a new generation"; a Suggestion with empty text is a final empty answer."""
+        None means "start a new generation"; a string is a final empty answer and says why."""
         suggestion_id = f"{generation.id}+{len(typed)}"
         if generation.done:
             remainder = remainder_after(generation.text, typed)
@@ -220,21 +266,23 @@ class Scheduler:
                 return None
             self.stats.typed_ahead_hits += 1
             return Suggestion(remainder, suggestion_id)
-        if not still_agrees(generation.text, typed):
+        if not worth_keeping(generation.text, typed):
             return None
         generation.agreed_typing = typed
-        answer = await self._wait(generation, typed)
+        partial = self._partial_after(generation.doc_text, generation.anchor, typed)
+        answer = await self._wait(generation, typed, 0.0 if partial is not None else None)
         if answer is None:
             return None
-        if answer:
-            self.stats.typed_ahead_hits += 1
+        if not answer:
+            return generation.end_reason or "nothing-left"
+        self.stats.typed_ahead_hits += 1
         return Suggestion(answer, suggestion_id)
 
     def _submit(
         self, uri: str, version: int, text: str, offset: int, previous: Generation | None
     ) -> Generation:
         if previous is not None and not previous.done:
-            self._cancel(previous)  # newest wins
+            self._cancel(previous, "superseded")  # newest wins
         generation = Generation(
             id=next(self._ids),
             uri=uri,
@@ -250,12 +298,39 @@ class Scheduler:
         self._stop_orphans(except_uri=uri)
         replaced = self._worker.submit(generation)
         if replaced is not None:
-            self._finish(replaced, cancelled=True)
+            self._finish(replaced, cancelled=True, reason="superseded")
         return generation
 
-    async def _wait(self, generation: Generation, typed: str) -> str | None:
-        waiter = Waiter(typed, self.settings.first_line_first, asyncio.get_running_loop().create_future())
+    def _partial_after(self, text: str, offset: int, typed: str = "") -> float | None:
+        """Seconds after which a request may be answered with the text generated so far: mid-line only,
+        where people type on (at a line start they pause, and wait for a whole line)."""
+        line_before = text[text.rfind("\n", 0, offset) + 1 : offset] + typed
+        if self.settings.partial_after_ms <= 0 or not line_before.strip() or "\n" in typed:
+            return None
+        return self.settings.partial_after_ms / 1000
+
+    async def _wait(
+        self, generation: Generation, typed: str, partial_after: float | None = None
+    ) -> str | None:
+        """The answer for a request that waits on `generation`: its whole text when it finishes in time, its
+        first line once `firstLineMs` have passed (at once with `firstLineFirst`), and mid-line whatever it
+        has after `partial_after` seconds (None: never)."""
+        loop = asyncio.get_running_loop()
+        first_line_now = self.settings.first_line_first or self.settings.first_line_ms <= 0
+        waiter = Waiter(typed, first_line_now, loop.create_future())
         generation.waiters.append(waiter)
+
+        def due(flag: str) -> None:
+            setattr(waiter, flag, True)
+            if waiter in generation.waiters:
+                self._evaluate(generation, waiter)
+
+        if not first_line_now:
+            loop.call_later(self.settings.first_line_ms / 1000, due, "first_line_only")
+        if partial_after is not None and partial_after <= 0:
+            waiter.partial_due = True
+        elif partial_after is not None:
+            loop.call_later(partial_after, due, "partial_due")
         self._evaluate(generation, waiter)
         try:
             return await waiter.future
@@ -270,13 +345,14 @@ class Scheduler:
             return
         queued = self._worker.withdraw_if_queued(generation)
         if queued is not None:
-            self._finish(queued, cancelled=True)
+            self._finish(queued, cancelled=True, reason="client-cancelled")
         # A running generation with nobody waiting may still serve typed-ahead, so it keeps going until other
         # work arrives (_stop_orphans), the document changes against it, or it finishes.
 
     def _stop_orphans(self, except_uri: str) -> None:
         for generation in self._latest.values():
             if generation.uri != except_uri and not generation.done and not generation.waiters:
+                generation.end_reason = "orphaned"
                 generation.cancel.cancel()
 
     # --- waiters (event loop) ---
@@ -290,10 +366,12 @@ class Scheduler:
             waiter.future.set_result("" if generation.failed else remainder)
         elif not still_agrees(generation.text, waiter.typed_when_asked):
             waiter.future.set_result(None)
-        elif waiter.first_line_only and remainder is not None:
-            first_line = complete_first_line(remainder)
-            if first_line is not None:
-                waiter.future.set_result(first_line)
+        elif waiter.first_line_only and remainder is not None and complete_first_line(remainder) is not None:
+            waiter.future.set_result(complete_first_line(remainder))
+        elif waiter.partial_due and remainder is not None and remainder.strip():
+            # Mid-line, past the deadline: what is there now beats nothing before the next key; the
+            # generation goes on and the next request is served from it.
+            waiter.future.set_result(remainder.split("\n", 1)[0] if "\n" in remainder.strip() else remainder)
         if waiter.future.done():
             generation.waiters.remove(waiter)
 
@@ -308,7 +386,7 @@ class Scheduler:
                 if waiter.typed_when_asked == generation.agreed_typing:
                     waiter.future.set_result(None)
                     generation.waiters.remove(waiter)
-            self._cancel(generation)
+            self._cancel(generation, "diverged")
             return
         for waiter in list(generation.waiters):
             self._evaluate(generation, waiter)
@@ -322,32 +400,37 @@ class Scheduler:
                 self.stats.cancelled_generations += 1
         if error is not None:
             self.stats.failed_generations += 1
+            self.stats.last_error = f"completion failed: {error}"
             self._on_log(logging.ERROR, f"completion failed: {error}")
         cancelled = result is not None and result.finish_reason == "cancelled"
+        why = str(result.stats.get("empty_reason", "")) if result is not None else "failed"
         if cancelled or error is not None:
-            self._finish(generation, cancelled=True, failed=error is not None)
+            self._finish(generation, cancelled=True, failed=error is not None, reason=why or "cancelled")
         else:
             generation.text = text
-            self._finish(generation)
+            self._finish(generation, reason=why or ("" if text else "generated-nothing"))
 
-    def _finish(self, generation: Generation, *, cancelled: bool = False, failed: bool = False) -> None:
+    def _finish(
+        self, generation: Generation, *, cancelled: bool = False, failed: bool = False, reason: str = ""
+    ) -> None:
         if generation.done:
             return
         generation.done = True
+        generation.end_reason = generation.end_reason or reason
         generation.failed = failed or cancelled  # a cut-off suggestion is not served from the cache
         for waiter in list(generation.waiters):
             self._evaluate(generation, waiter)
 
-    def _cancel(self, generation: Generation) -> None:
+    def _cancel(self, generation: Generation, reason: str) -> None:
         """Stop a generation (the engine sees the cancel within one round) and answer its waiters now."""
         generation.cancel.cancel()
-        self._finish(generation, cancelled=True)
+        self._finish(generation, cancelled=True, reason=reason)
 
     def _cancel_everything(self) -> None:
         for queued in self._worker.drain():
-            self._finish(queued, cancelled=True)
+            self._finish(queued, cancelled=True, reason="reloaded")
         for generation in self._latest.values():
-            self._cancel(generation)
+            self._cancel(generation, "reloaded")
         self._latest.clear()
 
     def _typed_after(
@@ -367,6 +450,35 @@ class Scheduler:
         self.state = state
         self._on_state(state, message)
 
+    # --- warming the cache (event loop) ---
+
+    def _warm(self, uri: str, offset: int | None, reason: str) -> None:
+        if not self.settings.warm or self.state != "ready":
+            return
+        try:
+            version = self.store.get(uri).version
+        except UnknownDocumentError:
+            return
+        self._worker.warm(WarmJob(uri, version, offset, reason))
+
+    def _schedule_idle_warm(self, uri: str, seq: int) -> None:
+        if not self.settings.warm:
+            return
+
+        def when_idle() -> None:
+            generation = self._latest.get(uri)
+            if self._request_seq[uri] != seq or (generation is not None and not generation.done):
+                return  # a newer request, or the engine is still on this one
+            if not self._worker.busy and uri in self._cursors:
+                self._warm(uri, self._cursors[uri], "idle")
+
+        asyncio.get_running_loop().call_later(self.settings.warm_idle_ms / 1000, when_idle)
+
+    def _on_warmed(self, job: WarmJob, result: WarmResult) -> None:
+        self.stats.warmups[job.reason] += 1
+        self.stats.warm_cached = (result.cached_tokens, result.prompt_tokens)
+        self._on_completion()  # a status update: "warming, x% cached"
+
     # --- reports from the worker (event loop) ---
 
     def _on_loaded(self, info: BackendInfo | None, error: str | None, epoch: int) -> None:
@@ -378,6 +490,8 @@ class Scheduler:
             return
         self.info = info
         self._set_state("ready", f"{info.name} backend ready: {info.target}")
+        if self._last_uri is not None:  # a file opened while the model loaded
+            self._warm(self._last_uri, self._cursors.get(self._last_uri), "open")
 
     def _count_generation(self) -> None:
         self.stats.generations += 1

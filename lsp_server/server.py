@@ -29,6 +29,8 @@ def create_server(
     server.feature(types.TEXT_DOCUMENT_DID_OPEN)(documents.did_open)
     server.feature(types.TEXT_DOCUMENT_DID_CHANGE)(documents.did_change)
     server.feature(types.TEXT_DOCUMENT_DID_CLOSE)(documents.did_close)
+    server.feature(types.TEXT_DOCUMENT_DID_SAVE)(documents.did_save)
+    server.feature(documents.CURSOR_NOTIFICATION)(documents.cursor)
     server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())(
         completions.inline_completion
     )

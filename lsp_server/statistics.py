@@ -52,6 +52,13 @@ class Statistics:
     last_finish_reason: str | None = None
     # Completions each stop rule cut, by rule name ("repetition" is the degeneration guard).
     stop_rules_fired: collections.Counter[str] = field(default_factory=collections.Counter)
+    # Empty answers by why: "superseded", "diverged", "mode-none:mid-word", "generated-nothing", ...
+    empty_reasons: collections.Counter[str] = field(default_factory=collections.Counter)
+    # Warm-ups that ran, by why ("open", "cursor", "save", "idle"), and what the last one left cached:
+    # (prompt tokens cached, prompt tokens).
+    warmups: collections.Counter[str] = field(default_factory=collections.Counter)
+    warm_cached: tuple[int, int] | None = None
+    last_error: str | None = None  # the last failed completion, for the editors' status
 
     def record_engine(self, result: CompletionResult) -> None:
         self.last_finish_reason = result.finish_reason
@@ -91,4 +98,9 @@ class Statistics:
             "last_engine_stats": self.last_engine_stats,
             "last_finish_reason": self.last_finish_reason,
             "stop_rules_fired": dict(self.stop_rules_fired),
+            # Pairs, not an object: pygls turns objects into named tuples, which rename keys like "mode-none:...".
+            "empty_reasons": sorted(self.empty_reasons.items()),
+            "warmups": dict(self.warmups),
+            "warm_cached": list(self.warm_cached) if self.warm_cached is not None else None,
+            "last_error": self.last_error,
         }

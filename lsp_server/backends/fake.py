@@ -23,6 +23,7 @@ from engine.api import (
     CompletionResult,
     FinishReason,
     OnText,
+    WarmResult,
     cut_at_stop,
     refuse_forced_prefix,
 )
@@ -57,6 +58,7 @@ class FakeBackend:
             maxlen=100
         )
         self._closed = threading.Event()
+        self.warmed: collections.deque[str] = collections.deque(maxlen=100)
 
     @classmethod
     def load(cls, settings: FakeSettings) -> FakeBackend:
@@ -123,6 +125,12 @@ class FakeBackend:
         )
         self.calls.append((request, result))
         return result
+
+    def warm(self, request: CompletionRequest, *, cancel: CancelToken | None = None) -> WarmResult:
+        """Record the prompt a warm-up would prefill (tests see what was warmed, and when)."""
+        self.warmed.append(request.prompt)
+        tokens = self.count_tokens(request.prompt)
+        return WarmResult(tokens, tokens)
 
     def close(self) -> None:
         self._closed.set()

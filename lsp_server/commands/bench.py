@@ -113,8 +113,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     keys.add_argument("--endpoint", help="OpenAI-compatible base URL (with --backend openai)")
     keys.add_argument("--model", dest="remote_model", help="model name at the endpoint")
     keys.add_argument("--seed", type=int, default=0, help="seed of the typing cadence (default: 0)")
-    keys.add_argument("--min-gap-ms", type=float, default=60, help="shortest gap between keystrokes")
-    keys.add_argument("--max-gap-ms", type=float, default=120, help="longest gap between keystrokes")
+    keys.add_argument("--pace-ms", type=float, default=120, help="between key presses (default 120)")
+    keys.add_argument("--line-pause-ms", type=float, default=600, help="more after each Enter (default 600)")
+    keys.add_argument(
+        "--no-accept", dest="accept", action="store_false", help="never press Tab / accept-line"
+    )
+    keys.add_argument(
+        "--probes",
+        type=int,
+        default=6,
+        help="files opened to time the first suggestion, half at once, half after 1 s (default 6; 0: none)",
+    )
     keys.add_argument(
         "--setting",
         action="append",
@@ -384,8 +393,8 @@ def _keystrokes(args: argparse.Namespace) -> int:
     if missing:
         print(f"specls bench: no such file: {', '.join(missing)}", file=sys.stderr)
         return 2
-    if args.min_gap_ms > args.max_gap_ms or args.min_gap_ms < 0:
-        print("specls bench: need 0 <= --min-gap-ms <= --max-gap-ms", file=sys.stderr)
+    if args.pace_ms <= 0 or args.line_pause_ms < 0 or args.probes < 0:
+        print("specls bench: need --pace-ms > 0, --line-pause-ms >= 0, --probes >= 0", file=sys.stderr)
         return 2
     config = KeystrokeConfig(
         files=tuple(args.files),
@@ -399,8 +408,10 @@ def _keystrokes(args: argparse.Namespace) -> int:
         threads=args.threads,
         endpoint=args.endpoint,
         remote_model=args.remote_model,
-        min_gap_ms=args.min_gap_ms,
-        max_gap_ms=args.max_gap_ms,
+        pace_ms=args.pace_ms,
+        line_pause_ms=args.line_pause_ms,
+        accept=args.accept,
+        probes=args.probes,
         seed=args.seed,
         settings=settings,
         out=args.out,

@@ -147,7 +147,8 @@ async def _demo(
 ) -> dict[str, Any]:
     from lsp_server.demo.client import ServerSession
     from lsp_server.demo.keystrokes import Cadence, plan_keystrokes
-    from lsp_server.demo.replay import LiveStats, Replay, measure_speedup, pick_offsets
+    from lsp_server.demo.replay import LiveStats, Replay
+    from lsp_server.demo.speedup import measure_speedup, pick_offsets
     from lsp_server.demo.summary import build_summary, format_summary
     from lsp_server.demo.view import LineView, LiveView
 
@@ -191,7 +192,9 @@ async def _demo(
             speedup = await measure_speedup(session, source, offsets, language_id, path.name)
         typed = events[-1].offset if events else 0
         plain_presses = len(plan_keystrokes(source[:typed]))
-        summary = build_summary(events, LiveStats.from_server(replay.last_stats), speedup, plain_presses)
+        summary = build_summary(
+            events, LiveStats.from_server(replay.last_stats), speedup, plain_presses, replay.unanswered
+        )
         out.write("\n" + "\n".join(format_summary(summary)) + "\n")
         out.flush()
         return summary

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from engine.api import BackendInfo, StopCheck
-from engine.words import ascii_word, word_start
+from engine.words import ascii_word, is_word_char, word_start
 from lsp_server.context.fim import (
     BLOCK_LINES,
     PREFIX_ONLY,
@@ -58,6 +58,7 @@ class CompletionContext:
         ""  # the spaces and word fragment at the cursor, left out of the prompt (token healing)
     )
     indent_style: IndentStyle = field(default_factory=IndentStyle)  # how the file indents
+    why_none: str = ""  # with mode "none": "mid-word" or "in-literal" (a suppressed string or comment)
 
 
 MAX_HEALED_WORD = 40  # longer runs (minified code, hashes) are not worth re-generating
@@ -119,6 +120,15 @@ def block_indent_at(doc_text: str, offset: int, line_before: str, tab_size: int)
         from_previous = indent_width(previous, tab_size) + (1 if opens_block(previous) else 0)
     from_following = indent_width(following, tab_size) if following is not None else 0
     return min(from_previous, from_following)
+
+
+# A prefix that must move starts where it fills this share of its budget: it then grows for a quarter of
+# the budget before it has to move again.
+STICKY_FILL = 0.75
+
+
+def _splits_word(text: str, offset: int) -> bool:
+    return 0 < offset < len(text) and is_word_char(text[offset]) and is_word_char(text[offset - 1])
 
 
 def _nearest_code_line(lines: list[str]) -> str | None:
@@ -188,6 +198,7 @@ def build_completion_context(
             rules,
             "",
             style,
+            "mid-word" if _splits_word(text, offset) else "in-literal",
         )
 
     budget = prompt_budget(info, settings)
@@ -268,7 +279,7 @@ def _fit_file_text(
         fraction, suffix_window = 1.0, ""
     else:
         fraction = settings.prefix_fraction
-    return fit_prefix_suffix(
+    prefix, suffix = fit_prefix_suffix(
         prefix_window,
         suffix_window,
         budget,
@@ -277,6 +288,28 @@ def _fit_file_text(
         first_line=first_line,
         lines_after=lines_after,
     )
+    if len(prefix) == len(prefix_window) and first_line == 0:
+        doc.prompt_start_line = 0  # the whole file before the cursor fits
+        return prefix, suffix
+    # The prefix starts at the last prompt's start while that still fits; when it does not, it moves down
+    # far enough to leave a quarter of the budget free, so the start (and the KV cache) rarely moves.
+    suffix_tokens = count_tokens(suffix) if suffix else 0
+    sticky = doc.prompt_start_line
+    if sticky is not None and first_line <= sticky <= line:
+        kept = doc.text[doc.line_start(sticky) : offset]
+        # (Far more characters than tokens could fit is not worth counting.)
+        if len(kept) <= 8 * budget and count_tokens(kept) <= budget - suffix_tokens:
+            return kept, suffix
+    roomy, _ = fit_prefix_suffix(
+        prefix_window,
+        "",
+        int((budget - suffix_tokens) * STICKY_FILL),
+        1.0,
+        count_tokens,
+        first_line=first_line,
+    )
+    doc.prompt_start_line = doc.line_of(offset - len(roomy))
+    return roomy, suffix
 
 
 def finalize_completion(text: str, ctx: CompletionContext) -> str:

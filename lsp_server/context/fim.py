@@ -54,13 +54,24 @@ class FimTemplate:
             return context + header + prefix
         if self.order == "spm":
             return f"{context}{self.suffix_token}{suffix}{self.prefix_token}{prefix}{self.middle_token}"
-        pre = f"{self.prefix_token}{self.pre_gap}{prefix}{self.pre_gap}"
-        return f"{context}{pre}{self.suffix_token}{suffix}{self.mid_gap}{self.middle_token}"
+        # PSM: the cursor's line, up to the cursor, goes after the middle token, as text the middle already
+        # holds; the lines above stay in the prefix. Typing on the line then changes only the prompt's end,
+        # where plain PSM would re-read the whole suffix after every key (a layout llama.vim uses too).
+        above, line_head = split_current_line(prefix)
+        pre = f"{self.prefix_token}{self.pre_gap}{above}{self.pre_gap}"
+        return f"{context}{pre}{self.suffix_token}{suffix}{self.mid_gap}{self.middle_token}{line_head}"
 
     def format_snippet(self, snippet: Snippet, comment: str = "#") -> str:
         if self.file_sep is not None:
             return f"{self.file_sep}{snippet.path}\n{snippet.text}\n"
         return f"{comment} {snippet.path}\n{snippet.text}\n"
+
+
+def split_current_line(prefix: str) -> tuple[str, str]:
+    """(the lines before the cursor's line, that line up to the cursor): `prefix` cut after its last line
+    break."""
+    cut = prefix.rfind("\n") + 1
+    return prefix[:cut], prefix[cut:]
 
 
 BUNDLED = FimTemplate(

@@ -34,7 +34,7 @@ class Cadence:
     symbol_pause: float = 1.5  # after ( [ { : , =
 
     def delay_s(self, keystroke: str, rng: random.Random) -> float:
-        """Seconds to wait before typing `keystroke`."""
+        """Seconds to wait after typing `keystroke` (a person pauses at the start of a new line)."""
         factor = 1.0 + rng.uniform(-self.jitter, self.jitter)
         if keystroke.startswith("\n"):
             factor += self.line_pause
@@ -64,18 +64,28 @@ def plan_keystrokes(source: str) -> list[str]:
     return keys
 
 
-def _word_char(char: str) -> bool:
-    return char.isalnum() or char == "_"
+def tab_accept(ghost: str, upcoming: str) -> str:
+    """What one accept key takes from the ghost text for a user who means to type `upcoming`: the rest of the
+    line when the ghost text's line is exactly it (Tab, or accept-line when more lines follow), or, at a line
+    end, the next line when the ghost text spells exactly that line. "" when neither holds, or when it would
+    save under two characters."""
+    rest_of_line = upcoming.split("\n", 1)[0]
+    if rest_of_line:
+        taken = rest_of_line if ghost.split("\n", 1)[0] == rest_of_line else ""
+    elif ghost.startswith("\n") and upcoming.startswith("\n"):
+        next_line = "\n" + upcoming[1:].split("\n", 1)[0]
+        taken = next_line if ghost.split("\n", 2)[:2] == next_line.split("\n", 2)[:2] else ""
+    else:
+        taken = ""
+    return taken if len(taken.strip()) >= 3 else ""
 
 
-def accepted_length(ghost: str, upcoming: str) -> int:
-    """How much of the ghost text a user who means to type `upcoming` takes with one key: all of it when it
-    all matches (Tab), else the matching whole words (accept-word). Under 3 characters it is not worth it."""
-    matched = common_prefix_length(ghost, upcoming)
-    if matched < len(ghost):  # accept-word never leaves half a word
-        while matched > 0 and _word_char(ghost[matched - 1]) and _word_char(ghost[matched]):
-            matched -= 1
-    return matched if matched >= 3 else 0
+def after_key(ghost: str | None, key: str) -> str | None:
+    """The ghost text an editor still shows after the user typed `key`: its rest when it began with `key`
+    (VS Code keeps a suggestion the typing agrees with), else none."""
+    if ghost is None or not ghost.startswith(key):
+        return None
+    return ghost[len(key) :] or None
 
 
 def classify_match(suggestion: str, upcoming: str) -> MatchKind:

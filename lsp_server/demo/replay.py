@@ -1,34 +1,47 @@
-"""The replay: type a file into the server at a human cadence, ask for ghost text after every key press (as
-editors do, without waiting for the previous answer), and record what came back and when.
+"""The one replay client that `specls demo` and `specls bench keystrokes` share: a person typing into
+`specls serve` the way VS Code drives it.
 
-Then the honest speed-up: the same prompts, in the same server process, decoded plainly (drafter "none")
-and speculatively (drafter "hybrid"), compared on the engine's own decode time and checked to give the
-same text (greedy speculative decoding is lossless).
+- A key press is an incremental `didChange`, then a `textDocument/inlineCompletion` request; a request still
+  unanswered when the next key comes is cancelled (`$/cancelRequest`) and its answer is never shown.
+- The person types at a fixed pace (`Cadence`), Enter brings the indentation (auto-indent) and is followed
+  by a pause: a new line is where people stop to think.
+- Ghost text stays on screen while the typed characters agree with it (VS Code reuses a suggestion the typing
+  still matches, even when the newer request comes back empty); a key that disagrees clears it, and the
+  answer to the newest request replaces it.
+- With `accept`, the person presses Tab when the ghost text is exactly the rest of the line, and accept-line
+  for each further line that is right (`tab_accept`), and the server is told (`specls.accept` or
+  `specls/didPartiallyAccept`).
+
+Every key press records what was on screen when it came (`ghost_before`): that, not latency alone, says what
+the user got.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
-from lsp_server.demo.client import ServerError, ServerSession
+from lsp_server.demo.client import ServerSession, first_suggestion
 from lsp_server.demo.keystrokes import (
     Cadence,
     MatchKind,
-    accepted_length,
+    after_key,
     classify_match,
     next_keystroke,
     plan_keystrokes,
     ratio,
+    tab_accept,
     tokens_per_target_forward,
 )
 
 STATS_INTERVAL_S = 0.25
 DRAIN_TIMEOUT_S = 120.0
+Outcome = Literal["pending", "suggestion", "empty", "cancelled", "error"]
+CANCELLED_CODE = -32800
 
 
 @dataclass
@@ -38,17 +51,25 @@ class KeyEvent:
     index: int
     offset: int  # the cursor after the key press: where the suggestion applies
     sent_at: float
+    key: str = ""  # what the key press inserted
+    accepted: int = 0  # > 0: an accept key (Tab / accept-line) that took this many characters of ghost text
+    ghost_before: str | None = None  # the ghost text on screen when this key came
     answered_at: float | None = None
+    outcome: Outcome = "pending"
     suggestion: str = ""
     suggestion_id: str | None = None
-    accepted: int = 0  # characters this key press took from the ghost text (Tab / accept-word)
-    superseded: bool = False  # answered empty after a newer key press: the server dropped it
+    superseded: bool = False  # the next key came first: the client cancelled the request
     error: str | None = None
     match: MatchKind | None = None  # for a non-empty suggestion: how much of it was typed next
 
     @property
     def latency_ms(self) -> float | None:
         return None if self.answered_at is None else (self.answered_at - self.sent_at) * 1000
+
+    @property
+    def ghost_was_right(self) -> bool:
+        """Ghost text was on screen when this key came, and the key agreed with it."""
+        return self.ghost_before is not None and (self.accepted > 0 or self.ghost_before.startswith(self.key))
 
 
 @dataclass(frozen=True)
@@ -89,6 +110,19 @@ class ReplayView(Protocol):
     def server_stats(self, stats: LiveStats) -> None: ...
 
 
+class QuietView:
+    """A view that shows nothing (the benchmark)."""
+
+    def keystroke(self, text: str, cursor: int, ghost: str | None) -> None:
+        pass
+
+    def answer(self, event: KeyEvent, ghost: str | None, source: str) -> None:
+        pass
+
+    def server_stats(self, stats: LiveStats) -> None:
+        pass
+
+
 def visible_ghost(event: KeyEvent, source: str, cursor: int) -> str | None:
     """What an editor would still show of `event`'s suggestion with the cursor now at `cursor`: the rest of
     it after what was typed meanwhile, or None when the typing went elsewhere."""
@@ -99,66 +133,91 @@ def visible_ghost(event: KeyEvent, source: str, cursor: int) -> str | None:
 
 
 class Replay:
+    """Type `text[start:end]` into a document that holds the rest of `text`, one key press at a time."""
+
     def __init__(
         self,
         session: ServerSession,
-        source: str,
+        text: str,
         uri: str,
         language_id: str,
         cadence: Cadence,
-        view: ReplayView,
+        view: ReplayView | None = None,
+        *,
+        start: int = 0,
+        end: int | None = None,
         max_keystrokes: int | None = None,
+        rng: random.Random | None = None,
         seed: int = 0,
         accept: bool = False,
+        poll_stats: bool = True,
     ) -> None:
-        self.session, self.source, self.uri, self.language_id = session, source, uri, language_id
-        self.cadence, self.view, self.accept = cadence, view, accept
-        self.max_keystrokes = max_keystrokes if max_keystrokes is not None else len(source)
-        self.planned = min(len(plan_keystrokes(source)), self.max_keystrokes)  # without accepting
-        self.rng = random.Random(seed)
+        self.session, self.text, self.uri, self.language_id = session, text, uri, language_id
+        self.start, self.end = start, len(text) if end is None else end
+        self.cadence, self.view, self.accept = cadence, view or QuietView(), accept
+        self.max_keystrokes = max_keystrokes if max_keystrokes is not None else len(text)
+        self.planned = min(len(plan_keystrokes(text[self.start : self.end])), self.max_keystrokes)
+        self.rng = rng if rng is not None else random.Random(seed)
+        self.poll_stats = poll_stats
         self.events: list[KeyEvent] = []
-        self.cursor = 0
-        self.shown: KeyEvent | None = None  # whose suggestion is the ghost text now
-        self.newest_answer = -1  # index of the newest request whose answer an editor would display
+        self.cursor = self.start
+        self.ghost: str | None = None  # on screen at the cursor now
+        self.unanswered = 0  # requests with no answer at all when the drain timed out
         self.last_stats: dict[str, Any] = {}
         self._typing_done = False
         self.stopped_early = False
+
+    @property
+    def source(self) -> str:
+        """The text as it is once typed (the view's frame of reference)."""
+        return self.text
 
     def stop_typing(self) -> None:
         """Stop after the current key press; the answers still pending are awaited and summarised."""
         self.stopped_early = True
 
     async def run(self) -> list[KeyEvent]:
-        self.session.open(self.uri, "", self.language_id)
-        poller = asyncio.create_task(self._poll_stats())
-        requests: list[asyncio.Task[None]] = []
+        self.session.open(self.uri, self.text[: self.start] + self.text[self.end :], self.language_id)
+        poller = asyncio.create_task(self._poll_stats()) if self.poll_stats else None
+        answers: list[asyncio.Future[Any]] = []
+        pending: tuple[str, asyncio.Future[Any], KeyEvent] | None = None
+        typed = self.text[: self.end]
+        previous_key: str | None = None
         try:
             while (
-                self.cursor < len(self.source)
-                and len(self.events) < self.max_keystrokes
-                and not self.stopped_early
+                self.cursor < self.end and len(self.events) < self.max_keystrokes and not self.stopped_early
             ):
-                key = next_keystroke(self.source, self.cursor)
-                await asyncio.sleep(self.cadence.delay_s(key, self.rng))
+                if previous_key is not None:
+                    await asyncio.sleep(self.cadence.delay_s(previous_key, self.rng))
                 self.session.check_alive()
-                accepted = self._accept() if self.accept else 0
-                if accepted:
-                    key = self.source[self.cursor : self.cursor + accepted]
+                taken = tab_accept(self.ghost, typed[self.cursor :]) if self.accept and self.ghost else ""
+                key = taken or next_keystroke(typed, self.cursor)
+                if pending is not None and not pending[1].done():
+                    pending[2].superseded = True
+                    self.session.cancel(pending[0])  # VS Code cancels the superseded request
+                event = KeyEvent(len(self.events), self.cursor + len(key), 0.0, key, len(taken), self.ghost)
+                if taken:
+                    self._tell_accepted(taken)
                 self.session.insert(self.uri, self.cursor, key)
                 self.cursor += len(key)
-                event = KeyEvent(len(self.events), self.cursor, time.monotonic(), accepted=accepted)
+                self.ghost = after_key(self.ghost, key)
+                event.sent_at = time.monotonic()
                 self.events.append(event)
-                requests.append(asyncio.create_task(self._ask(event)))
-                self.view.keystroke(self.source[: self.cursor], self.cursor, self._ghost())
-            try:
-                await asyncio.wait_for(asyncio.gather(*requests), DRAIN_TIMEOUT_S)
-            except TimeoutError as exc:
-                raise ServerError(f"the server left requests unanswered for {DRAIN_TIMEOUT_S:.0f} s") from exc
+                request_id, answer = self.session.request_inline(self.uri, self.cursor)
+                answer.add_done_callback(functools.partial(self._answered, event))
+                answers.append(answer)
+                pending = (request_id, answer, event)
+                self.view.keystroke(self.text[: self.cursor], self.cursor, self.ghost)
+                previous_key = key
+            if answers:
+                _, left = await asyncio.wait(answers, timeout=DRAIN_TIMEOUT_S)
+                self.unanswered = len(left)  # every request must get an answer: the summaries count these
         finally:
             self._typing_done = True
-            for task in requests:
-                task.cancel()
-            await poller
+            for answer in answers:
+                answer.cancel()
+            if poller is not None:
+                await poller
         self.last_stats = await self.session.stats()
         self.view.server_stats(LiveStats.from_server(self.last_stats))
         # Closed before any measurement: an open copy of the whole file would let the lookup drafter copy
@@ -166,35 +225,33 @@ class Replay:
         self.session.close(self.uri)
         return self.events
 
-    def _accept(self) -> int:
-        """Take what the ghost text offers of what comes next (as a user pressing Tab would); tell the server."""
-        ghost = self._ghost()
-        if ghost is None or self.shown is None or self.shown.suggestion_id is None:
-            return 0
-        length = accepted_length(ghost, self.source[self.cursor :])
-        if length:
-            self.session.accepted(self.uri, self.shown.suggestion_id, length, whole=length == len(ghost))
-        return length
+    def _tell_accepted(self, taken: str) -> None:
+        shown = next((e for e in reversed(self.events) if e.suggestion_id), None)
+        if shown is not None and shown.suggestion_id is not None:
+            whole = self.ghost == taken
+            self.session.accepted(self.uri, shown.suggestion_id, len(taken), whole=whole)
 
-    def _ghost(self) -> str | None:
-        return visible_ghost(self.shown, self.source, self.cursor) if self.shown is not None else None
-
-    async def _ask(self, event: KeyEvent) -> None:
-        try:
-            event.suggestion, event.suggestion_id = await self.session.inline_item(self.uri, event.offset)
-        except Exception as exc:  # shown in the summary; the replay goes on
-            event.error = f"{type(exc).__name__}: {exc}"
+    def _answered(self, event: KeyEvent, answer: asyncio.Future[Any]) -> None:
         event.answered_at = time.monotonic()
-        newest = self.events[-1].index
-        event.superseded = not event.suggestion and event.error is None and newest > event.index
+        if answer.cancelled():
+            event.outcome = "cancelled"
+        elif answer.exception() is not None:
+            error = answer.exception()
+            code = getattr(error, "code", None)
+            event.outcome = (
+                "cancelled" if code == CANCELLED_CODE or "cancel" in str(error).lower() else "error"
+            )
+            if event.outcome == "error":
+                event.error = f"{type(error).__name__}: {error}"
+        else:
+            event.suggestion, event.suggestion_id = first_suggestion(answer.result())
+            event.outcome = "suggestion" if event.suggestion else "empty"
         if event.suggestion:
-            event.match = classify_match(event.suggestion, self.source[event.offset :])
-        # An editor shows the newest answer, and an empty one clears the ghost text, unless it only came
-        # back empty because a newer request replaced it.
-        if event.index >= self.newest_answer and (event.suggestion or not event.superseded):
-            self.newest_answer = event.index
-            self.shown = event if event.suggestion else None
-        self.view.answer(event, self._ghost(), self.source)
+            event.match = classify_match(event.suggestion, self.text[event.offset : self.end])
+        newest = self.events[-1] is event
+        if newest and event.suggestion:
+            self.ghost = event.suggestion  # an empty answer leaves a ghost text the typing agrees with
+        self.view.answer(event, self.ghost if newest else None, self.text)
 
     async def _poll_stats(self) -> None:
         while not self._typing_done:
@@ -204,137 +261,3 @@ class Replay:
             except Exception:  # a slow answer just skips one refresh
                 continue
             self.view.server_stats(LiveStats.from_server(stats))
-
-
-# --- speed-up over plain decoding ---
-
-
-@dataclass(frozen=True)
-class DecodeSample:
-    offset: int
-    plain_tokens: int
-    speculative_tokens: int
-    plain_decode_s: float
-    speculative_decode_s: float
-    plain_forwards: int
-    speculative_forwards: int
-    same_text: bool
-
-
-@dataclass
-class Speedup:
-    samples: list[DecodeSample] = field(default_factory=list)
-    skipped: int = 0  # points where a mode ran no generation (e.g. the cursor was in a comment)
-
-    @property
-    def plain_tokens_per_s(self) -> float | None:
-        return ratio(
-            sum(sample.plain_tokens for sample in self.samples),
-            sum(sample.plain_decode_s for sample in self.samples),
-        )
-
-    @property
-    def speculative_tokens_per_s(self) -> float | None:
-        return ratio(
-            sum(sample.speculative_tokens for sample in self.samples),
-            sum(sample.speculative_decode_s for sample in self.samples),
-        )
-
-    @property
-    def factor(self) -> float | None:
-        """Speculative decode throughput over plain decode throughput, on the same prompts."""
-        plain, speculative = self.plain_tokens_per_s, self.speculative_tokens_per_s
-        return ratio(speculative, plain) if plain and speculative else None
-
-    @property
-    def identical(self) -> int:
-        return sum(sample.same_text for sample in self.samples)
-
-
-def pick_offsets(events: Sequence[KeyEvent], count: int) -> list[int]:
-    """Up to `count` cursor positions spread over the replay where the server made a suggestion."""
-    candidates = sorted({event.offset for event in events if event.suggestion})
-    if len(candidates) <= count:
-        return candidates
-    step = len(candidates) / count
-    return [candidates[int(step * index + step / 2)] for index in range(count)]
-
-
-async def measure_speedup(
-    session: ServerSession,
-    source: str,
-    offsets: Sequence[int],
-    language_id: str,
-    file_name: str,
-    drafter: str = "hybrid",
-    progress: Callable[[str], None] | None = None,
-) -> Speedup:
-    """Decode the prompt at each offset plainly and speculatively, each time in a fresh document (no cached
-    suggestion, no other open file to copy from).
-
-    While someone types, the target's and the draft's caches already hold most of the prompt, so each prompt
-    is first run once untimed to put both caches in that state; then the two timed runs, in an order that
-    alternates so that neither mode always goes first. Times are the engine's decode time (after prefill).
-    """
-    result = Speedup()
-    for number, offset in enumerate(offsets):
-        await _decode(session, source, offset, drafter, language_id, file_name, f"{number}-warm")
-        order = ("none", drafter) if number % 2 == 0 else (drafter, "none")
-        runs: dict[str, _Decoded | None] = {}
-        for mode in order:
-            runs[mode] = await _decode(session, source, offset, mode, language_id, file_name, number)
-        plain, speculative = runs["none"], runs[drafter]
-        if plain is None or speculative is None:
-            result.skipped += 1
-            continue
-        result.samples.append(
-            DecodeSample(
-                offset=offset,
-                plain_tokens=plain.tokens,
-                speculative_tokens=speculative.tokens,
-                plain_decode_s=plain.decode_s,
-                speculative_decode_s=speculative.decode_s,
-                plain_forwards=plain.forwards,
-                speculative_forwards=speculative.forwards,
-                same_text=plain.text == speculative.text,
-            )
-        )
-        if progress is not None:
-            progress(f"speed-up sample {number + 1}/{len(offsets)}: {plain.tokens} tokens")
-    session.configure(drafter=drafter)
-    return result
-
-
-@dataclass(frozen=True)
-class _Decoded:
-    text: str
-    tokens: int
-    decode_s: float
-    forwards: int
-
-
-async def _decode(
-    session: ServerSession,
-    source: str,
-    offset: int,
-    drafter: str,
-    language_id: str,
-    file_name: str,
-    label: int | str,
-) -> _Decoded | None:
-    session.configure(drafter=drafter)
-    uri = f"file:///specls-demo/speedup/{label}-{drafter}/{file_name}"
-    session.open(uri, source[:offset], language_id)
-    try:
-        before = await session.stats()
-        text = await session.inline_completion(uri, offset)
-        after = await session.stats()
-    finally:
-        session.close(uri)
-    engine = after.get("last_engine_stats") or {}
-    if after.get("generations", 0) != before.get("generations", 0) + 1 or "decode_s" not in engine:
-        return None
-    tokens = int(engine.get("new_tokens", 0))
-    if tokens == 0:
-        return None
-    return _Decoded(text, tokens, float(engine["decode_s"]), int(engine.get("target_forwards", 0)))

@@ -7,7 +7,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from lsp_server.demo.keystrokes import ratio
-from lsp_server.demo.replay import KeyEvent, LiveStats, Speedup
+from lsp_server.demo.measures import Typed, user_measures
+from lsp_server.demo.replay import KeyEvent, LiveStats
+from lsp_server.demo.speedup import Speedup
 from lsp_server.statistics import percentile
 
 
@@ -16,9 +18,15 @@ def _round(value: float | None, digits: int = 2) -> float | None:
 
 
 def build_summary(
-    events: Sequence[KeyEvent], server: LiveStats, speedup: Speedup | None, plain_presses: int | None = None
+    events: Sequence[KeyEvent],
+    server: LiveStats,
+    speedup: Speedup | None,
+    plain_presses: int | None = None,
+    unanswered: int = 0,
 ) -> dict[str, Any]:
     """`plain_presses`: the key presses the same text takes without accepting any ghost text."""
+    typed_chars = events[-1].offset - events[0].offset + len(events[0].key) if events else 0
+    user = user_measures([Typed(events, typed_chars)])
     answered = [event for event in events if event.latency_ms is not None and event.error is None]
     # A superseded request's answer only says when the next key press came; an editor never shows it.
     latencies = [
@@ -30,10 +38,14 @@ def build_summary(
     summary: dict[str, Any] = {
         "keystrokes": len(events),
         "answered": len(answered),
-        "errors": sum(event.error is not None for event in events),
+        "errors": sum(event.error is not None for event in events) + unanswered,
+        "unanswered": unanswered,
+        "ghost_on_screen": _round(user["ghost_on_screen"], 4),
+        "ghost_right": _round(user["ghost_right"], 4),
+        "chars_saved": _round(user["chars_saved"], 4),
         "suggestions": len(with_text),
         "superseded": sum(event.superseded for event in events),
-        "typed_chars": events[-1].offset if events else 0,
+        "typed_chars": typed_chars,
         "accepts": sum(event.accepted > 0 for event in events),
         "accepted_chars": sum(event.accepted for event in events),
         "key_presses_saved": _round(1 - len(events) / plain_presses, 4) if plain_presses else None,
@@ -93,6 +105,8 @@ def format_summary(summary: dict[str, Any]) -> list[str]:
         "summary",
         f"  key presses           {summary['keystrokes']} ({summary['answered']} answered, "
         f"{summary['suggestions']} with ghost text, {summary['errors']} errors)",
+        f"  ghost text on screen  {_percent(summary['ghost_on_screen'])} of key presses came with ghost text "
+        f"shown ({_percent(summary['ghost_right'])} with it right)",
         f"  latency               p50 {_ms(latency['p50'])}, p95 {_ms(latency['p95'])} per key press "
         f"(with ghost text: p50 {_ms(with_text['p50'])}, p95 {_ms(with_text['p95'])}; superseded ones left out)",
         f"  typed-ahead hit rate  {_percent(summary['typed_ahead_hit_rate'])} of suggestions were then typed "
@@ -108,7 +122,8 @@ def format_summary(summary: dict[str, Any]) -> list[str]:
         lines.insert(
             4,
             f"  accepted ghost text   {summary['accepts']} times, {summary['accepted_chars']} of "
-            f"{summary['typed_chars']} characters; {_percent(summary['key_presses_saved'])} fewer key presses",
+            f"{summary['typed_chars']} characters ({_percent(summary['chars_saved'])} of the typing saved); "
+            f"{_percent(summary['key_presses_saved'])} fewer key presses",
         )
     speedup = summary.get("speedup")
     if speedup is None:

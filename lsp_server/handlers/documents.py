@@ -4,11 +4,12 @@ the scheduler, which stops a generation the edit made stale."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from lsprotocol import types
 
 from lsp_server.documents import PositionError, TextChange, UnknownDocumentError
-from lsp_server.handlers.guard import guarded
+from lsp_server.handlers.guard import field, guarded
 from lsp_server.language_server import SpeclsServer
 
 
@@ -18,6 +19,25 @@ def did_open(ls: SpeclsServer, params: types.DidOpenTextDocumentParams) -> None:
     with ls.scheduler.editing() as store:
         store.open(doc.uri, doc.language_id, doc.version, doc.text)
     ls.scheduler.document_changed(doc.uri)
+    ls.scheduler.document_opened(doc.uri)
+
+
+@guarded(None)
+def did_save(ls: SpeclsServer, params: types.DidSaveTextDocumentParams) -> None:
+    ls.scheduler.document_saved(params.text_document.uri)
+
+
+CURSOR_NOTIFICATION = "specls/cursor"
+
+
+@guarded(None)
+def cursor(ls: SpeclsServer, params: Any) -> None:
+    """`specls/cursor` {textDocument: {uri}, position}: where the user is (focus, selection, visible range),
+    so the server can warm its cache for the next request there."""
+    document, position = field(params, "textDocument"), field(params, "position")
+    uri, line, character = field(document, "uri"), field(position, "line"), field(position, "character")
+    if isinstance(uri, str) and isinstance(line, int) and isinstance(character, int):
+        ls.scheduler.cursor_moved(uri, line, character)
 
 
 @guarded(None)

@@ -109,3 +109,16 @@ def terminal_png(ansi: str, path: Path, columns: int) -> None:
         )
         page.locator("pre").screenshot(path=str(path))
         browser.close()
+
+
+def big_file(lines: int = 2420) -> str:
+    """A real Python file of thousands of lines: the start of the standard library's argparse.py."""
+    import sysconfig
+
+    text = (Path(sysconfig.get_paths()["stdlib"]) / "argparse.py").read_text(encoding="utf-8")
+    return "\n".join(text.split("\n")[:lines]) + "\n"
+
+
+def line_of(text: str, line: str) -> int:
+    """The 1-based number of the first line of `text` that is exactly `line`."""
+    return text.split("\n").index(line) + 1

@@ -115,8 +115,11 @@ def test_demo_replays_a_short_file_in_line_mode(pair_args: list[str], tmp_path: 
     server = summary["server"]
     assert server["requests"] >= keystrokes  # the replay's requests (the speed-up prompts come after)
     assert server["generations"] >= 1 and 0 <= server["cancelled_generations"] <= server["generations"]
-    assert 0 <= server["draft_acceptance"] <= 1
-    assert server["tokens_per_target_forward"] >= 1
+    # At 60 characters a second every key supersedes the request before it (the replay cancels it, as VS
+    # Code does), so on a busy machine no speculative round may finish before the last key.
+    if server["draft_acceptance"] is not None:
+        assert 0 <= server["draft_acceptance"] <= 1
+        assert server["tokens_per_target_forward"] >= 1
     speedup = summary["speedup"]
     assert 1 <= speedup["samples"] + speedup["skipped"] <= 2
     if speedup["samples"]:

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from tests.e2e import neovim_support
 from tests.e2e.neovim_support import CHROMIUM, PLUGIN, REPO, nvim_0_12, run_driver, terminal_png
 
 SETUP = PLUGIN / "builtin_client.lua"
@@ -119,6 +120,16 @@ def test_stays_responsive_while_typing_without_cancels(tmp_path: Path) -> None:
         f"{len(requests)} requests while typing; the last answered in {last['ms']:.0f} ms, "
         f"the slowest in {max(request['ms'] for request in requests):.0f} ms"
     )
+
+
+def test_a_file_of_thousands_of_lines_inside_a_method(tmp_path: Path) -> None:
+    # 2,420 real lines (the standard library's argparse.py); a new line in `parse_args`, under its first line.
+    text = neovim_support.big_file()
+    line = neovim_support.line_of(text, "        args, argv = self.parse_known_args(args, namespace)")
+    rules = [["        re", "turn args, argv"]]
+    result = run_builtin(tmp_path, settings=fake(rules), file_text=text, line=line, typed="re")
+    assert result["ghost"] == {"row": line, "col": len("        re"), "text": "turn args, argv"}
+    assert result["lines"][line] == "        return args, argv"
 
 
 @pytest.mark.skipif(not (BUNDLED_TARGET / "config.json").exists(), reason="the bundled model is not trained")

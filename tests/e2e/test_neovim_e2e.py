@@ -41,11 +41,67 @@ FAKE = {"backend": "fake", "fake": {"rules": ADD_RULES}}
 
 
 def run_driver(
-    tmp_path: Path, nvim: str, *, use_builtin: bool = False, scenario: str = "accept", **common: Any
+    tmp_path: Path,
+    nvim: str,
+    *,
+    use_builtin: bool = False,
+    scenario: str = "accept",
+    line: int | None = None,
+    pause_ms: int = 0,
+    ghost_timeout_ms: int = 30_000,
+    **common: Any,
 ) -> dict[str, Any]:
-    """The plugin's driver; `common` holds what every driver takes (`neovim_support.run_driver`)."""
-    env = {"SPECLS_E2E_SCENARIO": scenario, "SPECLS_E2E_USE_BUILTIN": "true" if use_builtin else "false"}
+    """The plugin's driver; `common` holds what every driver takes (`neovim_support.run_driver`). The new
+    line opens under `line` (default: the last one), after `pause_ms` with the cursor there."""
+    env = {
+        "SPECLS_E2E_SCENARIO": scenario,
+        "SPECLS_E2E_USE_BUILTIN": "true" if use_builtin else "false",
+        "SPECLS_E2E_PAUSE_MS": str(pause_ms),
+        "SPECLS_E2E_GHOST_TIMEOUT_MS": str(ghost_timeout_ms),
+    }
+    if line is not None:
+        env["SPECLS_E2E_LINE"] = str(line)
     return neovim_support.run_driver(nvim, DRIVER, tmp_path, cwd=REPO, env=env, **common)
+
+
+# A real file of thousands of lines: the first 2,420 lines of the standard library's argparse.py. The new
+# line opens inside `ArgumentParser.parse_args`, under its first statement.
+BIG_FILE = neovim_support.big_file()
+IN_A_METHOD = neovim_support.line_of(BIG_FILE, "        args, argv = self.parse_known_args(args, namespace)")
+
+
+def test_a_file_of_thousands_of_lines_gets_ghost_text_inside_a_method(tmp_path: Path, nvim: str) -> None:
+    settings = {"backend": "fake", "fake": {"rules": [["        re", "turn args, argv"]]}}
+    result = run_driver(tmp_path, nvim, settings=settings, file_text=BIG_FILE, typed="re", line=IN_A_METHOD)
+    assert result["ghost"] == {"row": IN_A_METHOD, "col": len("        re"), "text": "turn args, argv"}
+    assert result["lines"][IN_A_METHOD] == "        return args, argv"
+    assert len(result["lines"]) == BIG_FILE.count("\n") + 1
+
+
+@pytest.mark.skipif(
+    not (BUNDLED_TARGET / "config.json").exists(),
+    reason="the bundled model is not trained yet (specls train)",
+)
+def test_a_big_file_opened_a_moment_ago_shows_ghost_text_within_a_second_of_the_first_key(
+    tmp_path: Path, nvim: str
+) -> None:
+    # The user opens the file, rests on the line for 3 s (the server warms its cache for that cursor),
+    # then opens a line and types: the default model answers within a second of the first key.
+    result = run_driver(
+        tmp_path,
+        nvim,
+        settings={},
+        file_text=BIG_FILE,
+        typed="re",
+        line=IN_A_METHOD,
+        pause_ms=3000,
+        key_delay_ms=120,
+        ghost_timeout_ms=10_000,
+        timeout_s=240,
+    )
+    assert result["ghost"]["text"].strip()
+    assert result["ghost_ms_after_first_key"] <= 1000, result["steps"]
+    assert result["stats"]["warmups"], "the server never warmed its cache"
 
 
 def test_ghost_text_appears_and_tab_accepts_it(tmp_path: Path, nvim: str) -> None:

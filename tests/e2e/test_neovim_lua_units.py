@@ -33,4 +33,4 @@ def test_lua_unit_spec(tmp_path: Path) -> None:
     assert result_path.exists(), f"the spec wrote no result:\n{proc.stdout}\n{proc.stderr}"
     result = json.loads(result_path.read_text(encoding="utf-8"))
     assert result["failures"] == []
-    assert result["passed"] == 7
+    assert result["passed"] == 8

@@ -31,8 +31,15 @@ def texts(result: types.InlineCompletionList | None) -> list[str]:
     return [item.insert_text for item in result.items] if result is not None else []
 
 
+# These tests are about scheduling with slow scripted generations: they wait for whole suggestions unless
+# they say otherwise (no mid-line partial answer, no first-line deadline; tests/unit/test_scheduler.py
+# covers those).
+WHOLE_ANSWERS = {"partialAfterMs": 0, "firstLineMs": 60_000}
+
+
 def fake_options(*rules: tuple[str, str], delay_ms: float = 0, **settings: Any) -> dict[str, Any]:
-    return {"fake": {"rules": [list(rule) for rule in rules], "tokenDelayMs": delay_ms}, **settings}
+    fake = {"rules": [list(rule) for rule in rules], "tokenDelayMs": delay_ms}
+    return {"fake": fake, **WHOLE_ANSWERS, **settings}
 
 
 async def test_capabilities_progress_and_a_first_suggestion() -> None:

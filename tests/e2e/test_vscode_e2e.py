@@ -365,3 +365,29 @@ def test_bundled_model_ghost_text_at_a_line_start_is_accepted_with_tab(
     # (four spaces) and then code, not doubled indentation.
     assert lines[1] == "    " + ghost, _server_log(tmp_path)
     assert re.match(r"^    \S", lines[1]), lines[1]
+
+
+def test_fake_backend_in_a_file_of_thousands_of_lines(start_vscode: Any, tmp_path: Path) -> None:
+    # A real file (2,420 lines of the standard library's argparse.py): a new line inside a method.
+    from tests.e2e.neovim_support import big_file, line_of
+
+    text = big_file()
+    line = line_of(text, "        args, argv = self.parse_known_args(args, namespace)")
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps([["        re", "turn args, argv"]]), encoding="utf-8")
+    vscode = start_vscode({"big.py": text}, ["--backend", "fake", "--fake-rules", str(rules)])
+    vscode.open_file("big.py")
+    vscode.page.keyboard.press("Control+G")  # Go to Line
+    vscode.page.wait_for_timeout(300)
+    vscode.page.keyboard.type(str(line))
+    vscode.page.keyboard.press("Enter")
+    vscode.page.keyboard.press("End")
+    vscode.page.keyboard.press("Enter")  # VS Code indents the new line as the method's body
+    vscode.page.keyboard.type("re", delay=60)
+    ghost = vscode.wait_for_typed_ghost(15_000)
+    assert ghost == "turn args, argv", _server_log(tmp_path)
+    vscode.page.keyboard.press("Tab")
+    vscode.page.wait_for_timeout(300)
+    saved = vscode.saved_text("big.py", until=lambda saved: "return args, argv" in saved)
+    assert saved.split("\n")[line] == "        return args, argv"
+    assert saved.count("\n") == text.count("\n") + 1

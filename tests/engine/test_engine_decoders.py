@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from engine_core_support import prompt_ids, tiny_gpt2, tiny_llama
 
+from engine.api import CancelToken
+from engine.generation import sync_cache
 from engine.hf_decoder import HFDecoder, make_decoder
 from engine.lean import LeanLlamaDecoder
 
@@ -64,3 +68,124 @@ def test_decoder_refuses_to_overflow_its_window(build) -> None:
     with pytest.raises(ValueError, match="16 positions"):
         decoder.forward(prompt_ids(7))
     assert len(decoder.cached_tokens) == 10  # the failed call changed nothing
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_every_query_count_matches_hf_forward_on_both_attention_paths(dtype: torch.dtype) -> None:
+    """A decode step and small verifies (grouped fp32 matmuls, up to FEW_QUERIES) and wider forwards (SDPA),
+    from the same cached prefix, against transformers' forward. fp32: equal to 1e-4. bf16: no further from
+    the exact (fp32) forward of the same bf16 weights than transformers' own bf16 forward is."""
+    from engine.lean import FEW_QUERIES
+
+    model = tiny_llama(seed=11, layers=3).to(dtype)
+    ids = prompt_ids(80, seed=4)
+    exact = reference_logits(copy.deepcopy(model).float(), ids)
+    hf_error = (reference_logits(model, ids) - exact).abs().amax(-1)  # per position
+    decoder = LeanLlamaDecoder(model)
+    decoder.prefill(ids[:40])
+    for count in (1, 2, 3, FEW_QUERIES - 1, FEW_QUERIES, FEW_QUERIES + 1, 17):
+        decoder.crop(40)
+        logits = decoder.forward(ids[40 : 40 + count])
+        wanted = exact[40 : 40 + count]
+        if dtype == torch.float32:
+            torch.testing.assert_close(logits, wanted, atol=1e-4, rtol=1e-4)
+        else:
+            error = (logits - wanted).abs().amax(-1)
+            assert (error <= 2 * hf_error[40 : 40 + count].max() + 0.05).all(), (count, error, hf_error.max())
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_release_frees_the_hf_weights_and_keeps_the_same_logits(tied: bool) -> None:
+    model = tiny_llama(seed=7, tied=tied)
+    ids = prompt_ids(30, seed=1)
+    expected = LeanLlamaDecoder(model).forward(ids)
+    before = sum(p.numel() for p in model.parameters())
+    released = LeanLlamaDecoder(model, release=True)
+    torch.testing.assert_close(released.forward(ids), expected, atol=0, rtol=0)
+    remaining = sum(p.numel() for p in model.parameters())
+    embed = model.get_input_embeddings().weight.numel()
+    assert all(isinstance(layer, torch.nn.Identity) for layer in model.model.layers)
+    # Only the embedding table (shared with the lean decoder, and with the output when tied) and the final
+    # norm are left.
+    assert remaining == embed + model.config.hidden_size, (before, remaining)
+
+
+class _StopAfter:
+    """A cancel that fires at the `checks`-th time it is asked (a cancel arriving mid-prefill)."""
+
+    def __init__(self, checks: int) -> None:
+        self.left = checks
+
+    def __call__(self) -> bool:
+        self.left -= 1
+        return self.left < 0
+
+
+def test_an_interrupted_lean_prefill_resumes_from_the_layer_where_it_stopped(monkeypatch) -> None:
+    import engine.lean
+
+    monkeypatch.setattr(engine.lean, "INTERRUPTIBLE_CHUNK", 8)
+    model = tiny_llama(seed=4)
+    ids = prompt_ids(50, seed=3)
+    expected = reference_logits(model, ids)
+    decoder = LeanLlamaDecoder(model)
+    # Two layers: pieces 1 and 2 pass their 2 checks each; piece 3 is stopped before its second layer.
+    assert decoder.prefill_interruptibly(ids[:40], _StopAfter(5)) == 16
+    assert decoder.cached_tokens == ids[:16]
+    layers_run = []
+    original = decoder._run
+
+    def counting(token_ids, logits, should_stop=None, resume=None):  # type: ignore[no-untyped-def]
+        layers_run.append((len(token_ids), resume.layers if resume is not None else 0))
+        return original(token_ids, logits, should_stop, resume)
+
+    decoder._run = counting  # type: ignore[method-assign]
+    assert decoder.prefill_interruptibly(ids[16:40], lambda: False) == 24
+    assert layers_run[0] == (8, 1)  # piece 3 went on from its second layer
+    torch.testing.assert_close(decoder.forward(ids[40:50]), expected[40:50], atol=1e-4, rtol=1e-4)
+
+
+def test_a_stopped_piece_serves_a_prompt_that_changed_after_its_start(monkeypatch) -> None:
+    # Typing changes the end of the prompt: the part of the stopped piece before the change is kept.
+    import engine.lean
+
+    monkeypatch.setattr(engine.lean, "INTERRUPTIBLE_CHUNK", 8)
+    model = tiny_llama(seed=4)
+    ids = prompt_ids(30, seed=3)
+    typed = ids[:12] + prompt_ids(18, seed=9)  # the same first 12 tokens, then others
+    expected = reference_logits(model, typed)
+    decoder = LeanLlamaDecoder(model)
+    assert decoder.prefill_interruptibly(ids[:16], _StopAfter(3)) == 8  # piece 2 stopped after a layer
+    assert decoder.prefill_interruptibly(typed[8:24], lambda: False) == 16
+    torch.testing.assert_close(decoder.forward(typed[24:30]), expected[24:30], atol=1e-4, rtol=1e-4)
+
+
+class _CancelAtCheck(CancelToken):
+    """A cancel token that fires the `n`-th time the engine looks at it."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.left = n
+
+    @property
+    def cancelled(self) -> bool:
+        self.left -= 1
+        if self.left < 0:
+            self.cancel()
+        return super().cancelled
+
+
+@pytest.mark.parametrize("build", [tiny_llama, tiny_gpt2], ids=["llama", "gpt2"])
+def test_a_cancelled_sync_cache_keeps_its_prefix_and_the_next_call_reuses_it(build, monkeypatch) -> None:
+    import engine.generation
+    import engine.lean
+
+    monkeypatch.setattr(engine.lean, "INTERRUPTIBLE_CHUNK", 8)
+    monkeypatch.setattr(engine.generation, "PREFILL_PIECE", 8)
+    decoder = make_decoder(build(seed=6))
+    ids = prompt_ids(60, seed=4)
+    assert sync_cache(decoder, ids, _CancelAtCheck(3)) == 0
+    kept = len(decoder.cached_tokens)
+    assert 0 < kept < len(ids) - 1 and decoder.cached_tokens == ids[:kept]
+    assert sync_cache(decoder, ids) == kept  # the next call goes on from the kept prefix
+    assert decoder.cached_tokens == ids[:-1]

@@ -143,6 +143,48 @@ def test_cancel_returns_within_the_round_and_next_call_is_unaffected(build) -> N
         assert again.token_ids == expected
 
 
+class CancelAtCheck(CancelToken):
+    """Fires the `n`-th time the engine looks at it: a cancel that lands inside the prefill."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.left = n
+
+    @property
+    def cancelled(self) -> bool:
+        self.left -= 1
+        if self.left < 0:
+            self.cancel()
+        return super().cancelled
+
+
+@pytest.mark.parametrize("build", [tiny_llama, tiny_gpt2], ids=["llama", "gpt2"])
+@pytest.mark.parametrize("drafter", ["none", "hybrid"])
+def test_a_cancel_during_the_prefill_keeps_its_work_and_the_output_stays_the_same(
+    build, drafter, monkeypatch
+) -> None:
+    import engine.generation
+    import engine.lean
+
+    monkeypatch.setattr(engine.lean, "INTERRUPTIBLE_CHUNK", 8)
+    monkeypatch.setattr(engine.generation, "PREFILL_PIECE", 8)
+    target = build(seed=41)
+    engine = local_engine(target, target)
+    text = decode(prompt_ids(60, seed=8))
+    expected = hf_greedy(target, engine.encode(text), 16, stop_at=engine.eos_ids)
+    request = CompletionRequest(prompt=text, max_new_tokens=16, drafter=drafter)
+    engine.target.crop(0)
+    cancelled = engine.complete(request, cancel=CancelAtCheck(5))
+    assert cancelled.finish_reason == "cancelled" and cancelled.token_ids == []
+    kept = len(engine.target.cached_tokens)
+    assert kept > 0  # the prefill's finished part stayed in the cache
+    warmed = engine.warm(request)  # and a warm-up (or the next request) goes on from it
+    assert warmed.cached_tokens == warmed.prompt_tokens  # all but the last token, which a request feeds
+    again = engine.complete(request)
+    assert again.stats["reused_prompt_tokens"] == warmed.prompt_tokens - 1
+    assert again.token_ids == expected
+
+
 def test_cancel_from_on_text_between_draft_model_steps(llama, prompt_text) -> None:
     engine = local_engine(llama, llama)
     expected = hf_greedy(llama, engine.encode(prompt_text), 32, stop_at=engine.eos_ids)

@@ -192,3 +192,33 @@ def test_a_truncated_gguf_is_not_a_readable_file(tmp_path: Path) -> None:
 def _write(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
+
+
+def _pull_in_child(entry: CatalogModel, lines_file: str) -> None:
+    CATALOG[NAME] = entry  # a spawned child imports the catalog afresh
+    lines: list[str] = []
+    try:
+        catalog.pull(NAME, progress=lines.append)
+    finally:
+        Path(lines_file).write_text("\n".join(lines))
+
+
+@pytest.mark.timeout(600)
+def test_two_concurrent_pulls_wait_for_each_other_and_both_succeed(
+    cache: Path, tmp_path: Path, index: tuple[Path, CatalogModel]
+) -> None:
+    # Spawned, not forked: the conversion runs torch, whose thread pool does not survive a fork.
+    context = multiprocessing.get_context("spawn")
+    logs = [tmp_path / "first.log", tmp_path / "second.log"]
+    children = [context.Process(target=_pull_in_child, args=(index[1], str(log))) for log in logs]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(500)
+    assert [child.exitcode for child in children] == [0, 0]
+    texts = [log.read_text() for log in logs]
+    # One did the work; the other waited on the lock, then found the model pulled (and verified it).
+    assert sum("waiting for it" in text for text in texts) == 1, texts
+    assert sum("already pulled" in text for text in texts) == 1, texts
+    assert catalog.damaged_files(catalog.model_dir(NAME)) == []
+    assert not list(cache.glob("models/*.partial"))

@@ -87,16 +87,17 @@ def test_layouts_put_stable_parts_first() -> None:
     )
     qwen = detect_fim_template(FAMILY_TOKENS["qwen2.5-coder"])
     assert qwen is not None
-    assert qwen.format("PRE", "SUF", [snippet]) == (
-        "<|file_sep|>lib/b.py\ndef helper(): ...\n<|fim_prefix|>PRE<|fim_suffix|>SUF<|fim_middle|>"
+    # PSM: the lines above the cursor in the prefix, the cursor's line so far after the middle token.
+    assert qwen.format("A\nPRE", "SUF", [snippet]) == (
+        "<|file_sep|>lib/b.py\ndef helper(): ...\n<|fim_prefix|>A\n<|fim_suffix|>SUF<|fim_middle|>PRE"
     )
     codellama = detect_fim_template(["<PRE>", "<SUF>", "<MID>", "<EOT>"])
     assert codellama is not None
-    assert codellama.format("PRE", "SUF") == "<PRE> PRE <SUF>SUF <MID>"
+    assert codellama.format("A\nPRE", "SUF") == "<PRE> A\n <SUF>SUF <MID>PRE"
     deepseek = detect_fim_template(FAMILY_TOKENS["deepseek-coder"])
     assert deepseek is not None
     assert deepseek.format("PRE", "SUF", [snippet], comment="#") == (
-        "# lib/b.py\ndef helper(): ...\n<｜fim▁begin｜>PRE<｜fim▁hole｜>SUF<｜fim▁end｜>"
+        "# lib/b.py\ndef helper(): ...\n<｜fim▁begin｜><｜fim▁hole｜>SUF<｜fim▁end｜>PRE"
     )
 
 
@@ -214,3 +215,33 @@ def test_a_prefix_only_header_names_the_file_before_its_text() -> None:
     assert template.format("x = 1\n", "", (), "#", "") == "x = 1\n"  # no path, no header
     no_header = dataclasses.replace(PREFIX_ONLY, file_header="")
     assert no_header.format("x = 1\n", "", (), "#", "a.py") == "x = 1\n"
+
+
+def test_the_prompt_start_stays_put_while_the_cursor_moves_down_and_then_moves_with_room() -> None:
+    """Prefix-only (no FIM tokens): moving the cursor down line by line through a file too big for the
+    budget keeps the same prompt start for many lines (so the KV cache keeps the prompt's head); when it
+    must move, it moves far enough that the next moves are as rare."""
+    store = DocumentStore()
+    uri = "file:///w/main.py"
+    text = _source(400)
+    store.open(uri, "python", 1, text)
+    info = BackendInfo("fake", "t", None, ("<|endoftext|>",), 4096, "cpu")
+    settings = ContextSettings(max_prompt_tokens=700)
+    starts = []
+    lines = text.split("\n")
+    for line in range(300, 380):
+        offset = sum(len(each) + 1 for each in lines[:line])
+        ctx = build_completion_context(store, uri, offset, info, settings, _count)
+        assert _count(ctx.prompt) <= 700
+        starts.append(text.index(ctx.prefix[:200]))
+    moves = sum(a != b for a, b in zip(starts, starts[1:], strict=False))
+    assert 1 <= moves <= 4, moves  # 80 lines down: a block-by-block trim would move it every 8 lines
+
+
+def test_typing_on_a_line_changes_only_the_end_of_a_psm_prompt() -> None:
+    qwen = detect_fim_template(FAMILY_TOKENS["qwen2.5-coder"])
+    assert qwen is not None
+    prompts = [qwen.format("def f(x):\n    " + "return x + 1"[:n], "\nprint(f(2))\n") for n in range(1, 13)]
+    head = qwen.format("def f(x):\n    ", "\nprint(f(2))\n")
+    for prompt in prompts:
+        assert prompt.startswith(head)  # only the cursor's line, at the very end, grows

@@ -9,14 +9,17 @@ import pytest
 from engine.sequences import common_prefix_length
 from lsp_server.demo.keystrokes import (
     Cadence,
-    accepted_length,
+    after_key,
     classify_match,
     parse_speed,
     plan_keystrokes,
     position_of,
+    tab_accept,
     tokens_per_target_forward,
 )
-from lsp_server.demo.replay import DecodeSample, KeyEvent, LiveStats, Speedup, pick_offsets, visible_ghost
+from lsp_server.demo.measures import OpenProbe, Typed, probe_measures, user_measures
+from lsp_server.demo.replay import KeyEvent, LiveStats, visible_ghost
+from lsp_server.demo.speedup import DecodeSample, Speedup, pick_offsets
 from lsp_server.demo.summary import build_summary, format_summary
 from lsp_server.demo.view import LineView, one_line
 
@@ -44,18 +47,57 @@ def test_plan_keystrokes_joins_back_and_enter_brings_indentation() -> None:
 
 
 @pytest.mark.parametrize(
-    ("ghost", "upcoming", "length"),
+    ("ghost", "upcoming", "taken"),
     [
-        ("items.get(name)", "items.get(name)\n", 15),  # all of it matches: Tab
-        ("items.get(name)", "items.get(key)", 10),  # whole words up to the divergence: "items.get("
-        ("foo bar", "foo baz", 4),  # "foo ", never half a word
-        ("values()", "valid", 0),  # the match ends inside a word
-        ("ab", "ab", 0),  # too short to be worth a key press
-        ("x = 1", "y = 1", 0),
+        ("items.get(name)", "items.get(name)\nnext", "items.get(name)"),  # exactly the rest of the line: Tab
+        ("items.get(name)\n    y", "items.get(name)\n    z", "items.get(name)"),  # accept-line, first line
+        ("items.get(name)", "items.get(key)\n", ""),  # not the rest of the line
+        ("items.get", "items.get(name)\n", ""),  # only a start of the line: typing goes on
+        ("\n    return x\n", "\n    return x\nfoo", "\n    return x"),  # at a line end: the next line
+        ("\n    return x", "\n    return y\n", ""),
+        ("\n  return x", "\n    return x", ""),  # indented differently
+        ("x)", "x)\n", ""),  # two characters for one key: not worth it
     ],
 )
-def test_accepted_length(ghost: str, upcoming: str, length: int) -> None:
-    assert accepted_length(ghost, upcoming) == length
+def test_tab_accept_takes_only_whole_right_lines(ghost: str, upcoming: str, taken: str) -> None:
+    assert tab_accept(ghost, upcoming) == taken
+
+
+def test_ghost_text_stays_while_the_typing_agrees() -> None:
+    assert after_key("return x", "r") == "eturn x"
+    assert after_key("\n    return x", "\n    ") == "return x"  # Enter and its auto-indent
+    assert after_key("return x", "p") is None
+    assert after_key("x", "x") is None  # all typed
+    assert after_key(None, "a") is None
+
+
+def _press(index: int, key: str, ghost: str | None, accepted: int = 0) -> KeyEvent:
+    return KeyEvent(index, index + 1, 0.0, key=key, accepted=accepted, ghost_before=ghost)
+
+
+def test_user_measures_count_ghost_text_at_the_next_key_and_chars_saved() -> None:
+    events = [
+        _press(0, "a", None),  # the first press of a replay is not counted
+        _press(1, "b", "bc"),  # on screen and right
+        _press(2, "x", "c"),  # on screen, wrong
+        _press(3, "cdef", "cdef", accepted=4),  # Tab: 4 characters for one key
+        _press(4, "g", None),
+    ]
+    measures = user_measures([Typed(events, chars=10)])
+    assert measures["ghost_on_screen"] == 0.75 and measures["ghost_right"] == 0.5
+    assert measures["chars_saved"] == pytest.approx(0.3)  # (4 - 1) / 10
+    assert measures["accept_keys"] == 1
+
+
+def test_probe_measures_group_by_pause() -> None:
+    probes = [
+        OpenProbe("a", 0.0, 900.0, "x"),
+        OpenProbe("b", 1.0, 200.0, ""),
+        OpenProbe("c", 1.0, 400.0, "y"),
+    ]
+    measures = probe_measures(probes)
+    assert measures["0s"]["p50"] == 900.0 and measures["0s"]["with_suggestion"] == 1.0
+    assert measures["1s"]["p50"] == 300.0 and measures["1s"]["with_suggestion"] == 0.5
 
 
 def test_cadence_pauses_after_enter_and_is_seeded() -> None:

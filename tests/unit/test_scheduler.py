@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 
+from engine.api import CompletionResult
 from lsp_server.backends.fake import FakeBackend, continuation_for, split_tokens
 from lsp_server.config import FakeSettings, ServerSettings
 from lsp_server.context import build_completion_context, finalize_completion
@@ -142,6 +144,11 @@ class Harness:
         return suggestion.text if suggestion is not None else ""
 
 
+# The scheduling tests wait for whole suggestions unless they say otherwise: no first-line deadline, no
+# mid-line partial answers, no warm-ups (their own tests set them).
+WHOLE_ANSWERS = {"first_line_ms": 60_000, "partial_after_ms": 0, "warm": False}
+
+
 @pytest.fixture
 async def make_harness() -> AsyncIterator:
     harnesses: list[Harness] = []
@@ -149,7 +156,7 @@ async def make_harness() -> AsyncIterator:
     async def make(rules, token_delay_s: float = 0.0, server_context: bool = False, **settings) -> Harness:  # type: ignore[no-untyped-def]
         harness = Harness(
             FakeBackend(rules, token_delay_s),
-            replace(ServerSettings(backend="fake"), **settings),
+            replace(ServerSettings(backend="fake"), **(WHOLE_ANSWERS | settings)),
             server_context=server_context,
         )
         harnesses.append(harness)
@@ -418,3 +425,86 @@ async def test_no_request_carries_draft_length_state(make_harness) -> None:
     await h.answer(URI)
     request = h.backend.calls[-1][0]
     assert request.draft_policy is None
+
+
+async def test_mid_line_a_slow_generation_answers_with_what_it_has_after_the_deadline(make_harness) -> None:
+    h = await make_harness([("total = ", "compute(values) + 1")], token_delay_s=0.03, partial_after_ms=50)
+    h.open(URI, "total = ")
+    early = await h.answer(URI)
+    assert early and "compute(values) + 1".startswith(early) and early != "compute(values) + 1"
+    h.type(URI, early)  # the typing agrees: served from the same, still running generation
+    rest = await h.answer(URI)
+    assert early + rest == "compute(values) + 1"[: len(early + rest)] and rest
+    assert h.scheduler.stats.generations == 1
+
+
+async def test_at_a_line_start_the_partial_deadline_does_not_apply(make_harness) -> None:
+    h = await make_harness([("def f():\n    ", "return 1\n")], token_delay_s=0.03, partial_after_ms=10)
+    h.open(URI, "def f():\n    ")
+    assert await h.answer(URI) == "return 1\n"  # a whole suggestion, not its first token
+
+
+async def test_the_first_line_deadline_answers_with_a_ready_first_line(make_harness) -> None:
+    rules = [("def greet(", "name):\n    a = 1\n    b = 2\n    c = 3\n    return a + b + c\n")]
+    h = await make_harness(rules, token_delay_s=0.03, first_line_ms=60)
+    h.open(URI, "def greet(")
+    assert await h.answer(URI) == "name):"
+    h = await make_harness(rules, token_delay_s=0.001, first_line_ms=5_000)
+    h.open(URI, "def greet(")
+    assert await h.answer(URI) == rules[0][1]  # fast enough: the whole suggestion
+
+
+async def test_empty_answers_are_counted_by_why(make_harness) -> None:
+    h = await make_harness([("x = ", "1")], token_delay_s=0.05)
+    h.open(URI, "x = ")
+    first = h.complete_at_end(URI)
+    await asyncio.sleep(0.02)
+    h.type(URI, "9")  # diverges from the running generation
+    second = h.complete_at_end(URI)
+    assert (await first) is None and (await second) is None  # "x = 9" has no rule
+    reasons = dict(h.scheduler.stats.as_dict()["empty_reasons"])
+    assert reasons.get("edited", 0) + reasons.get("diverged", 0) + reasons.get("superseded", 0) == 1
+    assert reasons.get("generated-nothing") == 1
+
+
+async def test_a_file_is_warmed_when_opened_and_after_an_idle_pause(make_harness) -> None:
+    h = await make_harness([("x = ", "1")], server_context=True, warm=True, warm_idle_ms=20)
+    backend = h.backend
+    h.open(URI, "import os\nx = ")
+    h.scheduler.document_opened(URI)
+    for _ in range(100):
+        if backend.warmed:
+            break
+        await asyncio.sleep(0.01)
+    assert list(backend.warmed) == ["import os\nx = "]  # the whole file: it fits the budget
+    assert await h.answer(URI) == "1"
+    warmed = len(backend.warmed)
+    await asyncio.sleep(0.2)
+    assert len(backend.warmed) == warmed + 1  # the idle pause after the request
+    assert h.scheduler.stats.as_dict()["warmups"] == {"open": 1, "idle": 1}
+
+
+async def test_typing_before_any_text_restarts_the_generation_for_the_new_cursor(make_harness) -> None:
+    class SlowStart(FakeBackend):
+        def complete(self, request, *, on_text=None, cancel=None):  # type: ignore[no-untyped-def]
+            for _ in range(100):  # a long prefill that polls its cancel token
+                if cancel is not None and cancel.cancelled:
+                    return CompletionResult("", "cancelled")
+                time.sleep(0.005)
+            return super().complete(request, on_text=on_text, cancel=cancel)
+
+    rules = [("x = ", "compute(1)")]
+    h = Harness(SlowStart(rules), replace(ServerSettings(backend="fake"), **WHOLE_ANSWERS))
+    h.scheduler.start(asyncio.get_running_loop())
+    h.scheduler.load(h.scheduler.settings)
+    await asyncio.wait_for(h.ready.wait(), timeout=10)
+    try:
+        h.open(URI, "x = ")
+        first = h.complete_at_end(URI)
+        await asyncio.sleep(0.05)  # still in its "prefill"
+        h.type(URI, "c")
+        assert await first is None  # stale: it was for the cursor before "c"
+        assert await h.answer(URI) == "ompute(1)"
+        assert h.scheduler.stats.generations == 2
+    finally:
+        h.scheduler.stop()

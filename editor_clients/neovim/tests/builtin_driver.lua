@@ -49,6 +49,7 @@ local function main()
   local timeout = tonumber(env.SPECLS_E2E_TIMEOUT_MS or '60000')
   vim.cmd('edit ' .. vim.fn.fnameescape(env.SPECLS_E2E_FILE))
   local bufnr = vim.api.nvim_get_current_buf()
+  vim.bo[bufnr].expandtab = true -- as Python's filetype plugin sets it (-u NONE loads none)
   local client
   wait_for('client attached', function()
     client = vim.lsp.get_clients({ bufnr = bufnr, name = 'specls' })[1]

@@ -32,6 +32,9 @@ local function main()
   local timeout = tonumber(env.SPECLS_E2E_TIMEOUT_MS or '60000')
   vim.cmd('edit ' .. vim.fn.fnameescape(env.SPECLS_E2E_FILE))
   local bufnr = vim.api.nvim_get_current_buf()
+  -- What Python's filetype plugin sets (-u NONE loads none): indent with spaces, so autoindent copies a
+  -- method's 8 spaces as spaces and not as a tab.
+  vim.bo[bufnr].expandtab = true
   local server = require('specls.server')
   wait_for('server ready', function()
     return server.status.state == 'ready' or server.status.state == 'error'
@@ -43,19 +46,43 @@ local function main()
     cancels = cancels + 1
     return cancel_request(...)
   end
+  -- Every inline request and what came back, for the failure message (and the timing checks).
+  result.requests = {}
+  local request = client.request
+  client.request = function(method, params, handler, ...)
+    if method ~= 'textDocument/inlineCompletion' then
+      return request(method, params, handler, ...)
+    end
+    local entry = { position = params.position, sent = vim.loop.now() }
+    table.insert(result.requests, entry)
+    return request(method, params, function(err, answer, ...)
+      entry.ms = vim.loop.now() - entry.sent
+      entry.error = err and err.message or nil
+      local items = type(answer) == 'table' and (answer.items or answer) or {}
+      entry.text = items[1] and items[1].insertText or nil
+      return handler(err, answer, ...)
+    end, ...)
+  end
   if server.status.state ~= 'ready' then
     error('server not ready: ' .. vim.inspect(server.status))
   end
 
-  -- Open a line below the last one and type, one key at a time.
-  vim.api.nvim_win_set_cursor(0, { vim.api.nvim_buf_line_count(bufnr), 0 })
+  -- Open a line below line $SPECLS_E2E_LINE (default: the last one) and type, one key at a time. With
+  -- $SPECLS_E2E_PAUSE_MS the user first sits there that long, as someone reading a file they just opened.
+  local below = tonumber(env.SPECLS_E2E_LINE or '') or vim.api.nvim_buf_line_count(bufnr)
+  vim.api.nvim_win_set_cursor(0, { below, 0 })
+  support.sleep(tonumber(env.SPECLS_E2E_PAUSE_MS or '0'))
   type_keys({ 'o' }, 20)
+  local typing_started = vim.loop.now()
   type_keys(support.keys_of(env.SPECLS_E2E_TYPE), tonumber(env.SPECLS_E2E_KEY_DELAY_MS or '30'))
   result.mode_after_typing = vim.api.nvim_get_mode().mode
+  result.line_after_typing = vim.api.nvim_get_current_line()
+  result.cursor_after_typing = vim.api.nvim_win_get_cursor(0)
   -- The model is loaded by now: a suggestion that takes longer than this is not coming.
   wait_for('ghost text', function()
     return specls.ghost_text(bufnr) ~= nil
   end, tonumber(env.SPECLS_E2E_GHOST_TIMEOUT_MS or '30000'))
+  result.ghost_ms_after_first_key = vim.loop.now() - typing_started
   result.ghost = specls.ghost_text(bufnr)
   result.cursor_before_accept = vim.api.nvim_win_get_cursor(0)
   result.line_before_accept = vim.api.nvim_get_current_line()

@@ -109,6 +109,25 @@ tests['ghost: one line at the cursor, the rest as virtual lines'] = function()
   eq(ghost.get(bufnr), nil)
 end
 
+tests['status: loading, warming with the share cached, generating, ready, errors'] = function()
+  local server = require('specls.server')
+  local specls = require('specls')
+  local saved = server.status
+  server.status = { state = 'loading', message = 'loading model' }
+  eq(specls.status(), 'specls loading')
+  server.status = { state = 'ready', warmCached = 0.4 }
+  eq(specls.status(), 'specls warming 40%')
+  server.status = { state = 'ready', generating = true, lastLatencyMs = 41.6 }
+  eq(specls.status(), 'specls generating 42ms')
+  server.status = { state = 'ready', warmCached = 1, lastLatencyMs = 12, acceptanceRate = 0.5 }
+  eq(specls.status(), 'specls ready 12ms 50%')
+  server.status = { state = 'ready', lastError = 'completion failed: boom' }
+  eq(specls.status(), 'specls ready (completion failed: boom)')
+  server.status = { state = 'error', message = 'model failed to load' }
+  eq(specls.status(), 'specls error model failed to load')
+  server.status = saved
+end
+
 local result = { passed = 0, failures = {} }
 for name, test in pairs(tests) do
   local ok, err = pcall(test)

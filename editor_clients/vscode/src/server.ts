@@ -12,6 +12,9 @@ import { connect, readToken, tcpTarget } from "./tcp";
 import type { ServerStatus, StatusBar } from "./statusBar";
 import { ACCEPT_COMMAND, SuggestionTracker, suggestionIdOf } from "./suggestions";
 
+const CURSOR_NOTIFICATION = "specls/cursor";
+const CURSOR_REST_MS = 200;
+
 export class SpeclsServer implements vscode.Disposable {
   private client: LanguageClient | undefined;
   private readonly tracker = new SuggestionTracker((method, params) => {
@@ -25,7 +28,34 @@ export class SpeclsServer implements vscode.Disposable {
   ) {
     this.subscriptions.push(
       vscode.workspace.onDidCloseTextDocument((document) => this.tracker.closed(document.uri.toString())),
+      // Where the user is, so the server can warm its cache for the next request there (not on typing:
+      // every key press already asks for a completion at the cursor).
+      vscode.window.onDidChangeTextEditorSelection((event) => {
+        if (event.kind !== undefined && event.kind !== vscode.TextEditorSelectionChangeKind.Command) {
+          this.cursorSoon(event.textEditor);
+        }
+      }),
+      vscode.window.onDidChangeActiveTextEditor((editor) => editor && this.cursorSoon(editor)),
+      vscode.window.onDidChangeTextEditorVisibleRanges((event) => this.cursorSoon(event.textEditor)),
     );
+  }
+
+  private cursorTimer: ReturnType<typeof setTimeout> | undefined;
+
+  /** `specls/cursor` once the cursor has rested for a moment (a burst of moves sends one). */
+  private cursorSoon(editor: vscode.TextEditor): void {
+    clearTimeout(this.cursorTimer);
+    this.cursorTimer = setTimeout(() => {
+      const client = this.client;
+      if (!client?.isRunning() || editor.document.isClosed) {
+        return;
+      }
+      const position = editor.selection.active;
+      void client.sendNotification(CURSOR_NOTIFICATION, {
+        textDocument: { uri: client.code2ProtocolConverter.asUri(editor.document.uri) },
+        position: { line: position.line, character: position.character },
+      });
+    }, CURSOR_REST_MS);
   }
 
   async start(): Promise<void> {
@@ -120,6 +150,7 @@ export class SpeclsServer implements vscode.Disposable {
   }
 
   dispose(): void {
+    clearTimeout(this.cursorTimer);
     for (const subscription of this.subscriptions) {
       subscription.dispose();
     }

@@ -24,6 +24,10 @@ export interface ServerSettings {
   drafter: string;
   debounceMs: number;
   firstLineFirst: boolean;
+  partialAfterMs: number;
+  firstLineMs: number;
+  warm: boolean;
+  warmIdleMs: number;
   maxLines: number;
   suppressInComments: boolean;
   suppressInStrings: boolean;
@@ -55,6 +59,10 @@ export const SERVER_KEYS: readonly ServerKey[] = [
   "drafter",
   "debounceMs",
   "firstLineFirst",
+  "partialAfterMs",
+  "firstLineMs",
+  "warm",
+  "warmIdleMs",
   "maxLines",
   "suppressInComments",
   "suppressInStrings",

@@ -265,6 +265,33 @@ function M.accept(bufnr, kind)
   return true
 end
 
+--- Tell the server where the cursor is (`specls/cursor`), so it can warm its cache for a request there.
+---@param bufnr integer
+function M.report_cursor(bufnr)
+  local client = server.client()
+  if not client or bufnr ~= vim.api.nvim_get_current_buf() or not vim.lsp.buf_is_attached(bufnr, client.id) then
+    return
+  end
+  local params = position.cursor_params(bufnr, 0, client.offset_encoding or 'utf-16')
+  client.notify('specls/cursor', { textDocument = params.textDocument, position = params.position })
+end
+
+local cursor_timer = nil
+local CURSOR_REST_MS = 250
+
+--- `report_cursor` once the cursor has rested (a burst of moves sends one notification).
+---@param bufnr integer
+function M.report_cursor_soon(bufnr)
+  if cursor_timer then
+    cursor_timer:stop()
+    cursor_timer:close()
+  end
+  cursor_timer = vim.defer_fn(function()
+    cursor_timer = nil
+    M.report_cursor(bufnr)
+  end, CURSOR_REST_MS)
+end
+
 --- The suggestion shown in `bufnr`, if any.
 ---@param bufnr integer
 ---@return specls.Shown?

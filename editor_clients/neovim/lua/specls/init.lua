@@ -76,6 +76,19 @@ local function buffer_autocmds(group)
       completion.dismiss(current(), completion.current(current()) ~= nil)
     end,
   })
+  -- Where the user is, once the cursor rests: the server warms its cache for the next request there.
+  vim.api.nvim_create_autocmd({ 'BufEnter', 'CursorHold', 'CursorHoldI', 'InsertEnter' }, {
+    group = group,
+    callback = function(args)
+      completion.report_cursor(args.buf)
+    end,
+  })
+  vim.api.nvim_create_autocmd('CursorMoved', {
+    group = group,
+    callback = function(args)
+      completion.report_cursor_soon(args.buf)
+    end,
+  })
   vim.api.nvim_create_autocmd('BufUnload', {
     group = group,
     callback = function(args)
@@ -94,6 +107,9 @@ function M.setup(opts)
   completion.hl_group = config.hl_group
   vim.api.nvim_set_hl(0, 'SpeclsGhostText', { link = 'Comment', default = true })
   server.configure(config, on_attach)
+  server.on_ready = function()
+    completion.report_cursor(vim.api.nvim_get_current_buf())
+  end
 
   local group = vim.api.nvim_create_augroup('specls', { clear = true })
   vim.api.nvim_create_autocmd({ 'BufEnter', 'FileType' }, {
@@ -155,11 +171,24 @@ function M.dismiss()
   return true
 end
 
---- A short status for a statusline: "specls ready 42ms 63%".
+--- A short status for a statusline: "specls ready 42ms 63%", "specls generating", "specls warming 40%",
+--- "specls loading", "specls error: ..." (also the last failed completion). Use it as
+--- `vim.o.statusline = "%f %=%{v:lua.require'specls'.status()}"`.
 ---@return string
 function M.status()
   local s = server.status or {}
-  local parts = { 'specls', s.state or 'stopped' }
+  local state = s.state or 'stopped'
+  if state == 'ready' and s.generating == true then
+    state = 'generating'
+  elseif state == 'ready' and type(s.warmCached) == 'number' and s.warmCached < 1 then
+    state = ('warming %d%%'):format(math.floor(s.warmCached * 100 + 0.5))
+  end
+  local parts = { 'specls', state }
+  if s.state == 'error' and type(s.message) == 'string' then
+    table.insert(parts, s.message)
+  elseif type(s.lastError) == 'string' then
+    table.insert(parts, '(' .. s.lastError .. ')')
+  end
   if type(s.lastLatencyMs) == 'number' then
     table.insert(parts, ('%dms'):format(math.floor(s.lastLatencyMs + 0.5)))
   end

@@ -5,6 +5,8 @@
 local M = {
   client_id = nil,
   status = { state = 'stopped', message = 'not started' },
+  ---@type fun()?
+  on_ready = nil,
 }
 
 local lsp_config -- built by M.configure from the plugin config
@@ -24,7 +26,11 @@ end
 ---@param params specls.Status
 local function on_status(_, params)
   if type(params) == 'table' then
+    local was_ready = M.status.state == 'ready'
     M.status = params
+    if params.state == 'ready' and not was_ready and M.on_ready then
+      vim.schedule(M.on_ready) -- e.g. tell the server where the cursor is, so it warms its cache there
+    end
   end
 end
 

@@ -1,0 +1,143 @@
+"""The speed-up over plain decoding: the same prompts, in the same server process, decoded plainly (drafter
+"none") and speculatively (drafter "hybrid"), compared on the engine's own decode time and checked to give the
+same text (greedy speculative decoding is lossless)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from lsp_server.demo.client import ServerSession
+from lsp_server.demo.keystrokes import ratio
+from lsp_server.demo.replay import KeyEvent
+
+
+@dataclass(frozen=True)
+class DecodeSample:
+    offset: int
+    plain_tokens: int
+    speculative_tokens: int
+    plain_decode_s: float
+    speculative_decode_s: float
+    plain_forwards: int
+    speculative_forwards: int
+    same_text: bool
+
+
+@dataclass
+class Speedup:
+    samples: list[DecodeSample] = field(default_factory=list)
+    skipped: int = 0  # points where a mode ran no generation (e.g. the cursor was in a comment)
+
+    @property
+    def plain_tokens_per_s(self) -> float | None:
+        return ratio(
+            sum(sample.plain_tokens for sample in self.samples),
+            sum(sample.plain_decode_s for sample in self.samples),
+        )
+
+    @property
+    def speculative_tokens_per_s(self) -> float | None:
+        return ratio(
+            sum(sample.speculative_tokens for sample in self.samples),
+            sum(sample.speculative_decode_s for sample in self.samples),
+        )
+
+    @property
+    def factor(self) -> float | None:
+        """Speculative decode throughput over plain decode throughput, on the same prompts."""
+        plain, speculative = self.plain_tokens_per_s, self.speculative_tokens_per_s
+        return ratio(speculative, plain) if plain and speculative else None
+
+    @property
+    def identical(self) -> int:
+        return sum(sample.same_text for sample in self.samples)
+
+
+def pick_offsets(events: Sequence[KeyEvent], count: int) -> list[int]:
+    """Up to `count` cursor positions spread over the replay where the server made a suggestion."""
+    candidates = sorted({event.offset for event in events if event.suggestion})
+    if len(candidates) <= count:
+        return candidates
+    step = len(candidates) / count
+    return [candidates[int(step * index + step / 2)] for index in range(count)]
+
+
+async def measure_speedup(
+    session: ServerSession,
+    source: str,
+    offsets: Sequence[int],
+    language_id: str,
+    file_name: str,
+    drafter: str = "hybrid",
+    progress: Callable[[str], None] | None = None,
+) -> Speedup:
+    """Decode the prompt at each offset plainly and speculatively, each time in a fresh document (no cached
+    suggestion, no other open file to copy from).
+
+    While someone types, the target's and the draft's caches already hold most of the prompt, so each prompt
+    is first run once untimed to put both caches in that state; then the two timed runs, in an order that
+    alternates so that neither mode always goes first. Times are the engine's decode time (after prefill).
+    """
+    result = Speedup()
+    for number, offset in enumerate(offsets):
+        await _decode(session, source, offset, drafter, language_id, file_name, f"{number}-warm")
+        order = ("none", drafter) if number % 2 == 0 else (drafter, "none")
+        runs: dict[str, _Decoded | None] = {}
+        for mode in order:
+            runs[mode] = await _decode(session, source, offset, mode, language_id, file_name, number)
+        plain, speculative = runs["none"], runs[drafter]
+        if plain is None or speculative is None:
+            result.skipped += 1
+            continue
+        result.samples.append(
+            DecodeSample(
+                offset=offset,
+                plain_tokens=plain.tokens,
+                speculative_tokens=speculative.tokens,
+                plain_decode_s=plain.decode_s,
+                speculative_decode_s=speculative.decode_s,
+                plain_forwards=plain.forwards,
+                speculative_forwards=speculative.forwards,
+                same_text=plain.text == speculative.text,
+            )
+        )
+        if progress is not None:
+            progress(f"speed-up sample {number + 1}/{len(offsets)}: {plain.tokens} tokens")
+    session.configure(drafter=drafter)
+    return result
+
+
+@dataclass(frozen=True)
+class _Decoded:
+    text: str
+    tokens: int
+    decode_s: float
+    forwards: int
+
+
+async def _decode(
+    session: ServerSession,
+    source: str,
+    offset: int,
+    drafter: str,
+    language_id: str,
+    file_name: str,
+    label: int | str,
+) -> _Decoded | None:
+    session.configure(drafter=drafter)
+    uri = f"file:///specls-demo/speedup/{label}-{drafter}/{file_name}"
+    session.open(uri, source[:offset], language_id)
+    try:
+        before = await session.stats()
+        text = await session.inline_completion(uri, offset)
+        after = await session.stats()
+    finally:
+        session.close(uri)
+    engine = after.get("last_engine_stats") or {}
+    if after.get("generations", 0) != before.get("generations", 0) + 1 or "decode_s" not in engine:
+        return None
+    tokens = int(engine.get("new_tokens", 0))
+    if tokens == 0:
+        return None
+    return _Decoded(text, tokens, float(engine["decode_s"]), int(engine.get("target_forwards", 0)))
