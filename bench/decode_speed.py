@@ -14,6 +14,12 @@ in process over the model's GGUF (when llama-cpp-python is installed). For each 
 - where speculative output leaves plain output, the plain run's top-2 logit margin there
   (`engine.precision`): below fp32 a divergence must be a near-tie.
 
+With `--draft FOLDER` (a draft model of the same tokenizer, e.g. Qwen2.5-Coder 0.5B for 1.5B), each target
+engine also decodes speculatively with that draft model, once per draft weight precision (bf16, int8, int4:
+the draft's precision changes only acceptance), and llama-server adds its `--model-draft` configuration.
+Prompt reading (prefill) is timed at fixed lengths (`--prefill-lengths`), and the memory of loading the
+target (and pair) the way the server does is measured in a fresh process (`bench.load_memory`).
+
 llama-server rows run the same GGUF on the same prompt token ids over HTTP (`/completion`, greedy,
 `cache_prompt: false`), one configuration at a time, with its resident set size.
 """
@@ -26,7 +32,7 @@ import statistics
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +61,9 @@ class DecodeSpeedConfig:
     engines: tuple[str, ...] = ENGINES
     llama_server: bool = True
     window: int = 2048
+    draft: str | None = None  # a draft model folder: adds speculative-draft-<precision> methods
+    draft_quantizations: tuple[str, ...] = ("none", "int8", "int4")
+    prefill_lengths: tuple[int, ...] = (500, 1000, 2000)
     out: Path = field(default_factory=lambda: Path("bench/results"))
     tag: str = "cpu"
 
@@ -90,7 +99,15 @@ def rss_mb(pid: int | None = None) -> float:
 class Engines:
     """Loads each engine once; `decoders[name]` is a `CausalDecoder`, `matmuls[name]` times its matmuls."""
 
-    def __init__(self, folder: Path, names: tuple[str, ...], window: int, threads: int) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        names: tuple[str, ...],
+        window: int,
+        threads: int,
+        draft: Path | None = None,
+        draft_quantizations: tuple[str, ...] = (),
+    ) -> None:
         import torch
         from transformers import AutoModelForCausalLM
 
@@ -120,6 +137,18 @@ class Engines:
                 self.matmuls[name] = _matmul_runner(decoder)
             self.rss_added_mb[name] = rss_mb() - before
         models.clear()
+        # The draft model in bf16 where the CPU computes it natively, else fp32 (what `auto` picks), one
+        # decoder per weight precision.
+        from engine.models import cpu_bf16_support
+
+        self.drafts: dict[str, CausalDecoder] = {}
+        if draft is not None:
+            native = cpu_bf16_support()[0]
+            draft_dtype = torch.bfloat16 if native else torch.float32
+            draft_model = AutoModelForCausalLM.from_pretrained(draft, dtype=draft_dtype).eval()
+            for quantization in draft_quantizations:
+                label = ("bf16" if native else "fp32") if quantization == "none" else quantization
+                self.drafts[label] = LeanLlamaDecoder(draft_model, window, quantization)  # type: ignore[arg-type]
 
 
 def _matmul_runner(decoder: Any) -> Callable[[int], None]:
@@ -186,6 +215,43 @@ def step_profile(
     return profile, costs
 
 
+def prefill_speed(decoder: CausalDecoder, lengths: tuple[int, ...]) -> dict[int, float]:
+    """Prompt tokens/s reading `length` tokens into an empty cache (the fastest of two after a warm-up)."""
+    tokens = [(7 * i + 3) % 251 + 100 for i in range(max(lengths, default=0))]
+    prefill = getattr(decoder, "prefill", decoder.forward)
+    speeds: dict[int, float] = {}
+    decoder.crop(0)
+    prefill(tokens[:64])  # warm-up
+    for length in lengths:
+        if length > decoder.max_length:
+            continue
+        best = float("inf")
+        for _ in range(2):
+            decoder.crop(0)
+            started = time.perf_counter()
+            prefill(tokens[:length])
+            best = min(best, time.perf_counter() - started)
+        speeds[length] = length / best
+    decoder.crop(0)
+    return speeds
+
+
+def draft_step_ms(draft: CausalDecoder, context: int) -> float:
+    """Fastest run of 4 draft steps at `context` cached tokens, per step (drafts come in runs)."""
+    tokens = [(7 * i + 3) % 251 for i in range(context)]
+    draft.crop(0)
+    draft.forward(tokens)
+
+    def run() -> None:
+        for token in (5, 6, 7, 8):
+            draft.forward([token])
+        draft.crop(context)
+
+    per_step = fastest_ms(run, repeats=5) / 4
+    draft.crop(0)
+    return per_step
+
+
 def quantization_error(decoders: dict[str, CausalDecoder], windows: list[list[int]]) -> dict[str, Any]:
     """Held-out cross-entropy of each engine, and its top-1 agreement with the first engine (fp32)."""
     import torch
@@ -231,6 +297,7 @@ def generate(
     decode: Callable[[list[int]], str],
     step_costs: StepCosts,
     policy: Any,
+    draft: CausalDecoder | None = None,
 ) -> tuple[Any, list[float]]:
     from engine.autoregressive import autoregressive_generate
     from engine.drafters.lookup import PromptLookupDrafter
@@ -242,7 +309,12 @@ def generate(
         recorder = MarginRecorder(decoder)
         result = autoregressive_generate(recorder, prompt_ids, settings, decode=decode)
         return result, recorder.margins
-    drafter = PromptLookupDrafter(stop_ids=settings.eos_ids)
+    drafter: Any = PromptLookupDrafter(stop_ids=settings.eos_ids)
+    if draft is not None:
+        from engine.drafters.model import ModelDrafter
+
+        draft.crop(0)
+        drafter = ModelDrafter(draft)
     result = speculative_generate(
         decoder, drafter, prompt_ids, settings, policy, decode=decode, step_costs=step_costs
     )
@@ -250,7 +322,11 @@ def generate(
 
 
 def run_llama_server(
-    gguf: Path, prompts: list[tuple[str, list[int]]], config: DecodeSpeedConfig, eos: frozenset[int]
+    gguf: Path,
+    prompts: list[tuple[str, list[int]]],
+    config: DecodeSpeedConfig,
+    eos: frozenset[int],
+    draft_gguf: Path | None = None,
 ) -> tuple[list[Run], dict[str, float]]:
     """Every llama-server configuration in turn on the same prompt ids; runs and each server's RSS."""
     from bench.llama_peer import LLAMA_METHODS, NEEDS_DRAFT_GGUF, find_llama_server, start_peer
@@ -260,9 +336,11 @@ def run_llama_server(
         return [], {}
     runs: list[Run] = []
     rss: dict[str, float] = {}
-    for method in (m for m in LLAMA_METHODS if m not in NEEDS_DRAFT_GGUF):  # the target alone: no draft here
+    methods = [m for m in LLAMA_METHODS if m not in NEEDS_DRAFT_GGUF or draft_gguf is not None]
+    for method in methods:
         log = config.out / f".{method}.log"
-        peer = start_peer(binary, gguf, method, config.threads, config.window, log)
+        with_draft = draft_gguf if method in NEEDS_DRAFT_GGUF else None
+        peer = start_peer(binary, gguf, method, config.threads, config.window, log, with_draft)
         try:
             peer.complete(prompts[0][1], 8, ignore_eos=False)  # warm-up
             for prompt_name, ids in prompts:
@@ -314,7 +392,8 @@ def run_decode_speed(config: DecodeSpeedConfig, progress: bool = True) -> dict[s
     prompts = [(p.name, encode(p.context.prompt)) for p in bench_prompts]
     if not prompts:
         raise RuntimeError("no held-out prompts could be built (is the standard library readable?)")
-    engines = Engines(folder, names, config.window, config.threads)
+    draft_folder = Path(config.draft).expanduser() if config.draft else None
+    engines = Engines(folder, names, config.window, config.threads, draft_folder, config.draft_quantizations)
     eos = end_of_text_ids(tokenizer)
     settings = DecodeSettings(max_new_tokens=config.max_new_tokens, eos_ids=eos)
     context = int(statistics.median(len(ids) for _, ids in prompts))
@@ -322,22 +401,53 @@ def run_decode_speed(config: DecodeSpeedConfig, progress: bool = True) -> dict[s
     step_costs: dict[str, StepCosts] = {}
     for name, decoder in engines.decoders.items():
         profiles[name], step_costs[name] = step_profile(decoder, engines.matmuls.get(name), context)
+        profiles[name]["prefill_tokens_per_s"] = prefill_speed(decoder, config.prefill_lengths)
+    draft_ms = {label: draft_step_ms(draft, context) for label, draft in engines.drafts.items()}
+    for label, ms in draft_ms.items():
+        profiles[f"draft {label}"] = {"step_ms": ms, "verify_cost": {}}
     errors = quantization_error(engines.decoders, held_out_windows(encode, LOSS_WINDOWS, LOSS_WINDOW))
+    methods = (*METHODS, *(f"speculative-draft-{label}" for label in engines.drafts))
+
+    def costs_for(engine: str, method: str) -> StepCosts:
+        """The engine's verify costs, with the draft's own step priced in units of this target's step."""
+        label = method.removeprefix("speculative-draft-")
+        if label not in draft_ms:
+            return step_costs[engine]
+        return replace(step_costs[engine], draft_step=draft_ms[label] / profiles[engine]["step_ms"])
+
+    def draft_of(method: str) -> CausalDecoder | None:
+        return engines.drafts.get(method.removeprefix("speculative-draft-"))
 
     # The engine's draft-length policy, sized by each engine's own verify costs, learning per engine.
-    learned = {name: DraftAcceptance() for name in engines.decoders}
-    jobs = [(engine, method) for engine in engines.decoders for method in METHODS]
+    learned = {(name, method): DraftAcceptance() for name in engines.decoders for method in methods}
+    jobs = [(engine, method) for engine in engines.decoders for method in methods]
     for engine, method in jobs:  # warm-up
         policy = LearnedDraftPolicy()
         warm = prompts[0][1][-64:]
-        generate(engines.decoders[engine], method, warm, settings, decode, step_costs[engine], policy)
+        generate(
+            engines.decoders[engine],
+            method,
+            warm,
+            settings,
+            decode,
+            costs_for(engine, method),
+            policy,
+            draft_of(method),
+        )
     runs: list[Run] = []
     for index, (prompt_name, ids) in enumerate(prompts):
         shift = index % len(jobs)
         for engine, method in jobs[shift:] + jobs[:shift]:
-            policy = LearnedDraftPolicy(acceptance=learned[engine])
+            policy = LearnedDraftPolicy(acceptance=learned[(engine, method)])
             result, margins = generate(
-                engines.decoders[engine], method, ids, settings, decode, step_costs[engine], policy
+                engines.decoders[engine],
+                method,
+                ids,
+                settings,
+                decode,
+                costs_for(engine, method),
+                policy,
+                draft_of(method),
             )
             runs.append(
                 Run(
@@ -356,9 +466,17 @@ def run_decode_speed(config: DecodeSpeedConfig, progress: bool = True) -> dict[s
             print(f"decode-speed: prompt {index + 1}/{len(prompts)} done", flush=True)
     server_rss: dict[str, float] = {}
     gguf = find_gguf(folder)
+    draft_gguf = find_gguf(draft_folder) if draft_folder is not None else None
     if config.llama_server and gguf is not None:
-        server_runs, server_rss = run_llama_server(gguf, prompts, config, eos)
+        server_runs, server_rss = run_llama_server(gguf, prompts, config, eos, draft_gguf)
         runs.extend(server_runs)
+    from bench.load_memory import measure_in_subprocess
+
+    load_memory = {"target": measure_in_subprocess(folder, None, config.window, config.threads)}
+    if draft_folder is not None:
+        load_memory["target + draft"] = measure_in_subprocess(
+            folder, draft_folder, config.window, config.threads
+        )
 
     summary = summarize(runs, NEAR_TIE_MARGIN, greedy_divergence)
     return {
@@ -369,9 +487,24 @@ def run_decode_speed(config: DecodeSpeedConfig, progress: bool = True) -> dict[s
         "step_profile": profiles,
         "quantization_error": errors,
         "rss_mb": {**{f"in process: {k}": v for k, v in engines.rss_added_mb.items()}, **server_rss},
+        "load_memory": load_memory,
+        "machine_load": machine_load(),
         "summary": summary,
         "runs": [asdict(run) | {"tokens_per_s": run.tokens_per_s} for run in runs],
     }
+
+
+def machine_load() -> dict[str, Any]:
+    """What else ran: the load averages and the busiest other processes, at the end of the run."""
+    load = os.getloadavg()
+    ps = subprocess.run(
+        ["ps", "-eo", "pcpu,args", "--sort=-pcpu", "--no-headers"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.splitlines()
+    busy = [line.strip()[:160] for line in ps if line.strip() and float(line.split()[0]) >= 10][:6]
+    return {"loadavg_1_5_15": list(load), "cpus": os.cpu_count(), "busy_processes": busy}
 
 
 def repetition(ids: list[int]) -> float:
@@ -399,7 +532,7 @@ def summarize(runs: list[Run], near_tie: float, divergence: Callable[..., Any]) 
         }
         if best_server is not None:
             entry["ratio_to_best_llama_server"] = (entry["tokens_per_s_total"] or 0) / best_server[1]
-        if method == "speculative-lookup":
+        if method.startswith("speculative"):
             entry["tokens_per_forward"] = sum(r.new_tokens for r in mine) / max(
                 1, sum(r.target_forwards for r in mine)
             )
@@ -491,6 +624,17 @@ def markdown_report(result: dict[str, Any]) -> str:
                 s["repetition_mean"],
             ]
         )
+    prefill_rows = [
+        [
+            name,
+            *(
+                p.get("prefill_tokens_per_s", {}).get(n, p.get("prefill_tokens_per_s", {}).get(str(n)))
+                for n in config["prefill_lengths"]
+            ),
+        ]
+        for name, p in profiles.items()
+        if p.get("prefill_tokens_per_s")
+    ]
     best = summary.get("best_llama_server")
     lines = [
         f"# Decode speed ({config['tag']})\n",
@@ -519,6 +663,8 @@ def markdown_report(result: dict[str, Any]) -> str:
             ],
             profile_rows,
         ),
+        "\n## Prompt reading (prefill), tokens/s, into an empty cache\n\n",
+        markdown_table(["engine", *(f"{n} tokens" for n in config["prefill_lengths"])], prefill_rows),
         "\n## Tokens/s\n\n",
         markdown_table(
             [
@@ -545,7 +691,29 @@ def markdown_report(result: dict[str, Any]) -> str:
             + ", ".join(f"{name} {mb:.0f}" for name, mb in result["rss_mb"].items())
             + " (in process: resident set added by loading that engine; llama-server: the server's whole RSS).\n"
         )
+    for label, memory in result.get("load_memory", {}).items():
+        lines.append(
+            f"\nLoading the {label} as the server does (fresh process, `bench.load_memory`): {_memory_line(memory)}\n"
+        )
+    load = result.get("machine_load")
+    if load:
+        lines.append(
+            f"\nMachine load at the end of the run: load average {', '.join(f'{x:.1f}' for x in load['loadavg_1_5_15'])} "
+            f"on {load['cpus']} CPUs; busy processes: {'; '.join(load['busy_processes']) or 'none'}.\n"
+        )
     return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+
+
+def _memory_line(memory: dict[str, Any]) -> str:
+    if "error" in memory:
+        return f"failed ({memory['error']})"
+    weights = memory["weights_mb"]
+    return (
+        f"weights as held {weights:.0f} MB, KV cache {memory['kv_cache_mb']:.0f} MB; resident added by loading "
+        f"{memory['rss_added_mb']:.0f} MB ({memory['rss_added_mb'] / weights:.2f}x the weights), peak added "
+        f"{memory['peak_added_mb']:.0f} MB ({memory['peak_added_mb'] / weights:.2f}x); process total "
+        f"{memory['rss_mb']:.0f} MB resident, {memory['peak_mb']:.0f} MB peak"
+    )
 
 
 def _divergence_cell(entry: dict[str, Any], all_near_ties: bool) -> str:
@@ -597,6 +765,10 @@ def main(argv: list[str] | None = None) -> int:
         "--engines", default=",".join(ENGINES), help=f"comma-separated subset of {', '.join(ENGINES)}"
     )
     parser.add_argument("--no-llama-server", action="store_true")
+    parser.add_argument("--draft", help="draft model folder (same tokenizer): adds model-drafted methods")
+    parser.add_argument("--draft-quantizations", default="none,int8,int4", help="draft weight precisions")
+    parser.add_argument("--prefill-lengths", default="500,1000,2000", help="prompt lengths timed for prefill")
+    parser.add_argument("--window", type=int, default=2048)
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument("--tag", default="cpu")
     args = parser.parse_args(argv)
@@ -611,6 +783,10 @@ def main(argv: list[str] | None = None) -> int:
         threads=args.threads,
         engines=engines,
         llama_server=not args.no_llama_server,
+        window=args.window,
+        draft=args.draft,
+        draft_quantizations=tuple(q for q in args.draft_quantizations.split(",") if q),
+        prefill_lengths=tuple(int(n) for n in args.prefill_lengths.split(",") if n),
         out=args.out,
         tag=args.tag,
     )

@@ -3,13 +3,20 @@ block with q/k/v biases), run by a few plain tensor ops.
 
 Why: at the bundled sizes the HF forward is dominated by per-call Python overhead. This path
 keeps one preallocated key/value tensor per layer, written by position (gpt-fast style), so a rollback is
-just forgetting positions: rejected slots are overwritten by the next forward. Attention is SDPA.
+just forgetting positions: rejected slots are overwritten by the next forward. Attention is SDPA for a
+prompt chunk and two grouped fp32 matmuls for a decode step or a small verify (`_attend_few`).
 q/k/v and gate/up projections are fused into one matmul each; every projection, the vocabulary one included,
 may hold int8 or int4 weights (`engine.quantize`).
+
+With `release=True` the decoder frees each Hugging Face weight it has replaced as it goes, so the process
+holds one copy of the model (peak: that copy plus one layer or the vocabulary projection being repacked);
+the HF module is left without layers and must not run again.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,6 +30,10 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 PREFILL_CHUNK = 512  # bounds the attention scores buffer for long prompts
+# Up to this many queries attention runs as grouped fp32 matmuls: torch's CPU SDPA for one bf16 query measured
+# 4-8 ms a layer at 1,000-2,000 cached positions (0.5B shapes, one thread) against 0.6-1.3 ms this way, and
+# bf16 batched matmuls on CPU are slower still (no oneDNN path). From ~8 queries on SDPA is as fast or faster.
+FEW_QUERIES = 8
 # An interruptible prefill (a request that may be cancelled, a warm-up) goes in pieces of this many tokens
 # and checks between layers: a cancel waits for one layer of one piece, and nothing computed is lost (a
 # piece stopped part-way keeps its hidden states, and the next prefill of the same tokens goes on from there).
@@ -96,7 +107,12 @@ class LeanLlamaDecoder:
     """`CausalDecoder` over a Llama checkpoint with a static cache of `max_length` positions."""
 
     def __init__(
-        self, model: PreTrainedModel, max_length: int | None = None, quantization: Quantization = "none"
+        self,
+        model: PreTrainedModel,
+        max_length: int | None = None,
+        quantization: Quantization = "none",
+        *,
+        release: bool = False,
     ) -> None:
         if not supports_lean(model):
             raise ValueError(
@@ -118,12 +134,20 @@ class LeanLlamaDecoder:
         with torch.inference_mode():
             inner: Any = model.model
             self.embed = inner.embed_tokens.weight
-            self.layers = [_Layer(layer, self.quantization) for layer in inner.layers]
+            self.layers = []
+            for index in range(len(inner.layers)):
+                self.layers.append(_Layer(inner.layers[index], self.quantization))
+                if release:  # the HF layer's weights now live (fused, repacked) in the lean layer
+                    inner.layers[index] = torch.nn.Identity()
             self.final_norm = inner.norm.weight
             output: Any = model.get_output_embeddings()
             # The vocabulary projection is the largest matmul of a small model: quantized like the rest
             # (the embedding lookup keeps the full-precision table).
             self.lm_head = make_linear(output.weight, None, self.quantization)
+            if release and output.weight is not self.embed:  # a tied table stays: the lookup reads it
+                output.weight = torch.nn.Parameter(output.weight.new_empty(0), requires_grad=False)
+            if release:
+                return_freed_memory()
             # HF's rotary module already applies rope_theta and any scaling type; tabulate it once, shaped
             # [max_length, 1, head_dim] to broadcast over heads. rotate_half(x) * sin equals
             # swap_halves(x) * signed_sin with the first half of sin negated, bit for bit (negation is exact).
@@ -212,12 +236,13 @@ class LeanLlamaDecoder:
         else:
             first_layer, hidden = 0, F.embedding(torch.tensor(token_ids, device=self.device), self.embed)
         cos, signed_sin = self.cos[start:end], self.signed_sin[start:end]
-        mask = None
+        mask = float_mask = None
         if count > 1:  # query i sits at position start + i and sees keys 0..start + i
             # Additive, built once: SDPA would turn a boolean mask into this in every layer.
             hidden_keys = self.positions[:end] > self.positions[start:end, None]
-            mask = torch.zeros(hidden_keys.shape, device=self.device, dtype=self.dtype)
-            mask.masked_fill_(hidden_keys, float("-inf"))
+            float_mask = torch.zeros(hidden_keys.shape, device=self.device)
+            float_mask.masked_fill_(hidden_keys, float("-inf"))
+            mask = float_mask.to(self.dtype)
         heads, kv_heads, head_dim = self.num_heads, self.num_kv_heads, self.head_dim
         rotated_width = (heads + kv_heads) * head_dim  # q and k columns of the fused projection
         norm_shape, eps = (self.hidden_size,), self.eps
@@ -231,14 +256,17 @@ class LeanLlamaDecoder:
             qk = _rope(qkv[:, :rotated_width].view(count, heads + kv_heads, head_dim), cos, signed_sin)
             keys[:, start:end] = qk[:, heads:].transpose(0, 1)
             values[:, start:end] = qkv[:, rotated_width:].view(count, kv_heads, head_dim).transpose(0, 1)
-            attended = F.scaled_dot_product_attention(
-                qk[:, :heads].transpose(0, 1)[None],
-                keys[None, :, :end],
-                values[None, :, :end],
-                attn_mask=mask,
-                enable_gqa=True,
-            )
-            hidden = hidden + layer.o(attended[0].transpose(0, 1).reshape(count, heads * head_dim))
+            if count <= FEW_QUERIES:
+                attended = _attend_few(qk[:, :heads], keys[:, :end], values[:, :end], float_mask)
+            else:
+                attended = F.scaled_dot_product_attention(
+                    qk[:, :heads].transpose(0, 1)[None],
+                    keys[None, :, :end],
+                    values[None, :, :end],
+                    attn_mask=mask,
+                    enable_gqa=True,
+                )[0].transpose(0, 1)
+            hidden = hidden + layer.o(attended.reshape(count, heads * head_dim))
             gate, up = layer.gate_up(F.rms_norm(hidden, norm_shape, layer.post_norm, eps)).chunk(2, dim=-1)
             hidden = hidden + layer.down(F.silu(gate) * up)
         self._tokens.extend(token_ids)
@@ -246,6 +274,50 @@ class LeanLlamaDecoder:
             return hidden.new_empty(0)
         hidden = F.rms_norm(hidden, norm_shape, self.final_norm, eps)
         return self.lm_head(hidden).float()
+
+
+def return_freed_memory() -> None:
+    """Hand memory freed inside the process back to the OS (glibc's malloc_trim).
+
+    Why: tensors below glibc's (adaptive, up to 32 MB) mmap threshold live on the heap, and freeing them
+    leaves the pages resident; after the HF weights are released those pages are a second model copy.
+    A no-op where glibc is absent.
+    """
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(0)
+
+
+def _attend_few(
+    queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None
+) -> torch.Tensor:
+    """Causal attention of a few queries [count, heads, head_dim] over keys and values [kv_heads, end,
+    head_dim] as two matmuls per key/value head, in fp32; returns [count, heads, head_dim] in the input dtype.
+
+    Each key/value head serves its group of query heads (head h reads kv head h // group, as HF's repeat_kv
+    does), so the group's queries stack into one matrix and no key is copied per head. `mask` is the additive
+    causal mask [count, end] (None for one query, which sees every cached key).
+    """
+    count, heads, head_dim = queries.shape
+    kv_heads, end, _ = keys.shape
+    group = heads // kv_heads
+    scaled = queries.float() * head_dim**-0.5
+    stacked = (
+        scaled.view(count, kv_heads, group, head_dim).permute(1, 2, 0, 3).reshape(kv_heads, -1, head_dim)
+    )
+    scores = torch.matmul(stacked, keys.float().transpose(1, 2))  # [kv_heads, group * count, end]
+    if mask is not None:
+        scores = (scores.view(kv_heads, group, count, end) + mask).view(kv_heads, group * count, end)
+    attended = torch.matmul(torch.softmax(scores, dim=-1), values.float())
+    return (
+        attended.view(kv_heads, group, count, head_dim)
+        .permute(2, 0, 1, 3)
+        .reshape(count, heads, head_dim)
+        .to(queries.dtype)
+    )
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:

@@ -76,9 +76,10 @@ def build_target_decoder(
     runtime: str = "auto",
     quantization: str = "none",
     threads: int = 1,
+    release: bool = False,
 ) -> tuple[CausalDecoder, RuntimeChoice]:
-    """The target's decoder under the chosen runtime, and the choice with its reason."""
-    import torch
+    """The target's decoder under the chosen runtime, and the choice with its reason. `release`: the lean
+    decoder frees the HF weights it replaces (`LeanLlamaDecoder`), so `model` must not run again."""
 
     from engine.hf_decoder import HFDecoder
     from engine.lean import LeanLlamaDecoder, supports_lean
@@ -99,17 +100,80 @@ def build_target_decoder(
         if runtime == "llama.cpp":
             raise RuntimeUnavailable(f"{gguf.name} has {decoder.vocab_size} tokens, the target {expected}")
         reason = f"{gguf.name} has {decoder.vocab_size} tokens, the target {expected}"
-    dtype = (
-        "bf16"
-        if model.dtype == torch.bfloat16
-        else "fp32"
-        if model.dtype == torch.float32
-        else str(model.dtype)
-    )
+    dtype = _dtype_name(model)
     if supports_lean(model):
         checked: Quantization = quantization  # type: ignore[assignment]  # validated by choose_runtime
         weights = dtype if quantization == "none" else f"{dtype} + {quantization} weights"
-        return LeanLlamaDecoder(model, window, checked), RuntimeChoice("lean", weights, reason)
+        lean = LeanLlamaDecoder(model, window, checked, release=release)
+        return lean, RuntimeChoice("lean", weights, reason)
     if quantization != "none":
         raise RuntimeUnavailable(f"{quantization} weights need a Llama-family target (the lean decoder)")
     return HFDecoder(model, window), RuntimeChoice("transformers", dtype, reason)
+
+
+# The draft model's precision never changes the output, only how many drafts the target accepts, so where
+# torch's packed int8 kernel is fast the draft runs with int8 weights: its step is bound by reading its
+# weights, and int8 halves bf16's bytes. That kernel is fast only with AVX-512: on an AVX-512/AMX CPU it ran
+# SmolLM2-135M's step matmuls in 6.2 ms against 15 (bf16) and 17 (fp32) (STACK-NOTES); on an AVX2-only CPU
+# one 9728x896 projection took 9.0 ms int8, 20 ms int4, 3.3 ms fp32 for one token, and 10-20x fp32's time
+# for 5-64 tokens (bench/results/decode-speed-qwen*.md), so there the draft keeps the model's dtype.
+DRAFT_AUTO_QUANTIZATION: Quantization = "int8"
+
+
+def cpu_capability() -> str:
+    """torch's vector ISA on this CPU ("AVX512", "AVX2", "DEFAULT", ...)."""
+    import torch
+
+    return str(torch.backends.cpu.get_cpu_capability())
+
+
+def choose_draft_quantization(
+    requested: str, device_type: str, capability: str | None = None
+) -> tuple[Quantization, str]:
+    """The draft model's weight quantization and why: an explicit request wins; "auto" is
+    DRAFT_AUTO_QUANTIZATION on an AVX-512 CPU (where the packed kernel is fast) and none elsewhere."""
+    if requested != "auto":
+        if requested not in QUANTIZATIONS:
+            raise RuntimeUnavailable(
+                f"unknown draft quantization {requested!r}; choose auto or one of {', '.join(QUANTIZATIONS)}"
+            )
+        return requested, "requested"
+    if device_type != "cpu":
+        return "none", f"packed int8/int4 kernels are CPU only, the device is {device_type}"
+    capability = capability if capability is not None else cpu_capability()
+    if "AVX512" not in capability:
+        return (
+            "none",
+            f"torch's int8 kernel is slower than full precision without AVX-512 (CPU: {capability})",
+        )
+    return (
+        DRAFT_AUTO_QUANTIZATION,
+        "a draft's precision changes only acceptance; int8 halves its step's reads",
+    )
+
+
+def build_draft_decoder(
+    model: PreTrainedModel, window: int, *, quantization: str = "auto", release: bool = False
+) -> tuple[CausalDecoder, RuntimeChoice]:
+    """The draft model's decoder: the lean one (weights quantized per `choose_draft_quantization`) for
+    Llama-family drafts, transformers' forward otherwise."""
+    from engine.hf_decoder import HFDecoder
+    from engine.lean import LeanLlamaDecoder, supports_lean
+
+    if not supports_lean(model):
+        if quantization not in ("auto", "none"):
+            raise RuntimeUnavailable(
+                f"{quantization} draft weights need a Llama-family draft (the lean decoder)"
+            )
+        return HFDecoder(model, window), RuntimeChoice("transformers", _dtype_name(model), "not Llama-family")
+    chosen, reason = choose_draft_quantization(quantization, model.device.type)
+    dtype = _dtype_name(model)
+    weights = dtype if chosen == "none" else f"{dtype} + {chosen} weights"
+    decoder = LeanLlamaDecoder(model, window, chosen, release=release)
+    return decoder, RuntimeChoice("lean", weights, reason)
+
+
+def _dtype_name(model: PreTrainedModel) -> str:
+    import torch
+
+    return {torch.bfloat16: "bf16", torch.float32: "fp32"}.get(model.dtype, str(model.dtype))

@@ -39,9 +39,9 @@ from engine.drafters.stale import StaleCompletionDrafter
 from engine.drafters.suffix import SuffixDrafter
 from engine.generation import DecodeSettings, fit_prompt, sync_cache
 from engine.healing import ForcedPrefix, TokenTexts, can_spell_words
-from engine.hf_decoder import context_length, make_decoder
+from engine.hf_decoder import context_length
 from engine.models import ModelPair, end_of_text_ids, load_pair
-from engine.runtime import build_target_decoder
+from engine.runtime import RuntimeChoice, build_draft_decoder, build_target_decoder
 from engine.sequences import common_prefix_length
 from engine.speculative import PollingDecoder, speculative_generate
 
@@ -65,6 +65,66 @@ def measured_prompt_shape(folder: str | None) -> str:
     return CATALOG[name].prompt if name else "auto"
 
 
+def resident_mb() -> float | None:
+    """This process's resident memory now (Linux /proc; None elsewhere)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def decoder_weight_mb(decoder: object) -> float | None:
+    """Bytes of the weights a lean decoder holds (its projections as stored, embeddings, norms), in MB;
+    None for decoders that do not expose them (llama.cpp, transformers)."""
+    layers = getattr(decoder, "layers", None)
+    if layers is None:
+        return None
+    seen: set[int] = set()
+    total = 0
+
+    def add(value: object, depth: int = 0) -> None:  # a layer holds linears, a linear holds tensors
+        nonlocal total
+        if isinstance(value, torch.Tensor):
+            if value.data_ptr() not in seen:
+                seen.add(value.data_ptr())
+                total += value.numel() * value.element_size()
+        elif depth < 2 and hasattr(value, "__dict__"):
+            for item in vars(value).values():
+                add(item, depth + 1)
+
+    for part in (*layers, getattr(decoder, "lm_head", None)):
+        add(part)
+    for name in ("embed", "final_norm"):
+        add(getattr(decoder, name, None))
+    return total / 2**20
+
+
+def model_memory(target: object, draft: object | None, rss_before: float | None) -> dict[str, float | None]:
+    """What the loaded models cost: their weights as the decoders hold them, the KV caches, and the process's
+    resident memory added by loading (all MB), for `specls/stats` and benchmarks."""
+    weights = [decoder_weight_mb(decoder) for decoder in (target, draft) if decoder is not None]
+    caches = [
+        sum(
+            t.numel() * t.element_size()
+            for t in (getattr(d, "keys", None), getattr(d, "values", None))
+            if isinstance(t, torch.Tensor)
+        )
+        / 2**20
+        for d in (target, draft)
+        if d is not None
+    ]
+    now = resident_mb()
+    return {
+        "weights_mb": None if None in weights else sum(w for w in weights if w is not None),
+        "kv_cache_mb": sum(caches),
+        "rss_added_by_load_mb": None if now is None or rss_before is None else now - rss_before,
+    }
+
+
 class LocalEngine:
     """Speculative decoding with a local target/draft pair; `drafter="none"` runs the plain baseline."""
 
@@ -79,7 +139,14 @@ class LocalEngine:
         max_context: int | None = None,
         runtime: str = "auto",
         quantization: str = "none",
+        draft_quantization: str = "auto",
+        keep_hf_model: bool = False,
     ) -> None:
+        # A pair loaded here belongs to this engine: once the lean decoders hold the weights, the HF modules'
+        # copies are freed (one copy of each model in memory) unless a caller still runs them
+        # (`keep_hf_model`). A pair passed in is the caller's and stays whole.
+        release = pair is None and not keep_hf_model
+        rss_before = resident_mb()
         self.pair = pair if pair is not None else load_pair(target, draft, device, dtype)
         self.tokenizer = self.pair.tokenizer
         models = [self.pair.target] if self.pair.draft is None else [self.pair.target, self.pair.draft]
@@ -94,11 +161,15 @@ class LocalEngine:
             runtime=runtime,
             quantization=quantization,
             threads=torch.get_num_threads(),
+            release=release,
         )
         # None: no draft model shares the target's tokenizer; the copying drafters still run.
         self.draft_decoder: CausalDecoder | None = None
+        self.draft_runtime: RuntimeChoice | None = None
         if self.pair.draft is not None:
-            self.draft_decoder = make_decoder(self.pair.draft, window)
+            self.draft_decoder, self.draft_runtime = build_draft_decoder(
+                self.pair.draft, window, quantization=draft_quantization, release=release
+            )
         self.eos_ids = end_of_text_ids(self.tokenizer, self.pair.target)
         self._lookup: tuple[tuple[str, ...], PromptLookupDrafter] | None = None
         self._hybrid_acceptance: dict[str, float] = {}  # per-drafter trust, learned across calls
@@ -109,6 +180,7 @@ class LocalEngine:
         self.prompt_shape = measured_prompt_shape(
             self.pair.target_source.location if source.is_local else None
         )
+        self.memory = model_memory(self.target, self.draft_decoder, rss_before)
 
     @torch.inference_mode()
     def _measure_step_costs(self) -> StepCosts:
@@ -138,7 +210,8 @@ class LocalEngine:
             context_length=self.window,
             device=str(self.pair.device),
             token_healing=can_spell_words(self.token_texts),
-            runtime=self.runtime.describe(),
+            runtime=self.runtime.describe()
+            + (f"; draft: {self.draft_runtime.describe()}" if self.draft_runtime is not None else ""),
             prompt_shape=self.prompt_shape,
         )
 

@@ -148,16 +148,19 @@ def check_runtime(target: str | None, device: str) -> list[Check]:
     """What would decode the target (llama.cpp in process, or torch) and why; never loads the model."""
     from engine.llama_cpp_decoder import find_gguf, llama_cpp_available
     from engine.models import pick_device, resolve_model_path
-    from engine.runtime import choose_runtime, llama_cpp_blocker
+    from engine.runtime import choose_draft_quantization, choose_runtime, llama_cpp_blocker
 
     source = resolve_model_path(target, "target")
     gguf = find_gguf(Path(source.location)) if source.is_local else None
     blocker = llama_cpp_blocker(pick_device(device).type, gguf, llama_cpp_available())
     runtime, reason = choose_runtime("auto", "none", blocker)
+    draft_quantization, draft_reason = choose_draft_quantization("auto", pick_device(device).type)
+    # A draft's weights never change the output, only how many of its drafts are accepted.
+    draft = Check("draft weights", "ok", f"{draft_quantization} ({draft_reason}), when a draft model runs")
     if runtime == "llama.cpp" and gguf is not None:
         detail = (
             f"llama.cpp in process over {gguf.name} ({reason}); greedy speculative output may differ from "
         )
         detail += "plain decoding only at near-ties"
-        return [Check("runtime", "ok", detail)]
-    return [Check("runtime", "ok", f"torch ({reason})")]
+        return [Check("runtime", "ok", detail), draft]
+    return [Check("runtime", "ok", f"torch ({reason})"), draft]

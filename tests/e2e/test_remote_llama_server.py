@@ -92,7 +92,7 @@ def local_engine(served_model: ServedModel) -> Iterator[Any]:
 
     torch.set_num_threads(1)
     draft = None if served_model.hf_dir == BUNDLED_TARGET else str(served_model.hf_dir)
-    engine = LocalEngine(target=str(served_model.hf_dir), draft=draft, device="cpu")
+    engine = LocalEngine(target=str(served_model.hf_dir), draft=draft, device="cpu", keep_hf_model=True)
     yield engine
     engine.close()
 

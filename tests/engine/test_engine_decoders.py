@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from engine_core_support import prompt_ids, tiny_gpt2, tiny_llama
@@ -66,6 +68,46 @@ def test_decoder_refuses_to_overflow_its_window(build) -> None:
     with pytest.raises(ValueError, match="16 positions"):
         decoder.forward(prompt_ids(7))
     assert len(decoder.cached_tokens) == 10  # the failed call changed nothing
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_every_query_count_matches_hf_forward_on_both_attention_paths(dtype: torch.dtype) -> None:
+    """A decode step and small verifies (grouped fp32 matmuls, up to FEW_QUERIES) and wider forwards (SDPA),
+    from the same cached prefix, against transformers' forward. fp32: equal to 1e-4. bf16: no further from
+    the exact (fp32) forward of the same bf16 weights than transformers' own bf16 forward is."""
+    from engine.lean import FEW_QUERIES
+
+    model = tiny_llama(seed=11, layers=3).to(dtype)
+    ids = prompt_ids(80, seed=4)
+    exact = reference_logits(copy.deepcopy(model).float(), ids)
+    hf_error = (reference_logits(model, ids) - exact).abs().amax(-1)  # per position
+    decoder = LeanLlamaDecoder(model)
+    decoder.prefill(ids[:40])
+    for count in (1, 2, 3, FEW_QUERIES - 1, FEW_QUERIES, FEW_QUERIES + 1, 17):
+        decoder.crop(40)
+        logits = decoder.forward(ids[40 : 40 + count])
+        wanted = exact[40 : 40 + count]
+        if dtype == torch.float32:
+            torch.testing.assert_close(logits, wanted, atol=1e-4, rtol=1e-4)
+        else:
+            error = (logits - wanted).abs().amax(-1)
+            assert (error <= 2 * hf_error[40 : 40 + count].max() + 0.05).all(), (count, error, hf_error.max())
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_release_frees_the_hf_weights_and_keeps_the_same_logits(tied: bool) -> None:
+    model = tiny_llama(seed=7, tied=tied)
+    ids = prompt_ids(30, seed=1)
+    expected = LeanLlamaDecoder(model).forward(ids)
+    before = sum(p.numel() for p in model.parameters())
+    released = LeanLlamaDecoder(model, release=True)
+    torch.testing.assert_close(released.forward(ids), expected, atol=0, rtol=0)
+    remaining = sum(p.numel() for p in model.parameters())
+    embed = model.get_input_embeddings().weight.numel()
+    assert all(isinstance(layer, torch.nn.Identity) for layer in model.model.layers)
+    # Only the embedding table (shared with the lean decoder, and with the output when tied) and the final
+    # norm are left.
+    assert remaining == embed + model.config.hidden_size, (before, remaining)
 
 
 class _StopAfter:

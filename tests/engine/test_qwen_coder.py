@@ -43,18 +43,27 @@ NEW_TOKENS = 24
 QWEN_SPECIALS = CATALOG[SMALL].end_tokens
 
 
-def load(target: str, draft: str) -> Any:
+def load(target: str, draft: str, keep_hf_model: bool = False, draft_quantization: str = "auto") -> Any:
+    """The engine as the server loads it: HF weights released once the lean decoders hold them, unless a test
+    runs the HF module itself (`keep_hf_model`); draft weights as `auto` picks for this CPU unless named."""
     from engine.service import LocalEngine
 
     torch.set_num_threads(2)
     return LocalEngine(
-        target=target, draft=draft, device="cpu", dtype="fp32", max_context=1024, runtime="torch"
+        target=target,
+        draft=draft,
+        device="cpu",
+        dtype="fp32",
+        max_context=1024,
+        runtime="torch",
+        keep_hf_model=keep_hf_model,
+        draft_quantization=draft_quantization,
     )
 
 
 @pytest.fixture(scope="module")
 def small() -> Any:
-    return load(SMALL, "none")
+    return load(SMALL, "none", keep_hf_model=True)  # transformers' generate is the reference below
 
 
 def complete(engine: Any, prompt: str, drafter: str, **extra: Any) -> Any:
@@ -120,3 +129,19 @@ def test_every_qwen_special_token_ends_a_completion_and_none_reaches_the_text(sm
 def test_every_drafter_is_token_identical_to_plain_greedy_on_the_small_model(small: Any) -> None:
     counts = identical_for_every_drafter(small, ("lookup", "suffix", "stale", "hybrid"))
     assert sum(accepted for accepted, _ in counts.values()) > NEW_TOKENS  # the identity means something
+
+
+@needs(SMALL)
+def test_a_draft_with_int8_weights_leaves_fp32_greedy_output_unchanged() -> None:
+    """The draft's precision changes only acceptance: the 0.5B model drafting for itself with int8 weights
+    (accepted often, rejected where int8 moves its argmax) gives plain fp32 greedy output token for token."""
+    engine = load(SMALL, SMALL, draft_quantization="int8")
+    assert engine.draft_runtime is not None and engine.draft_runtime.weights == "fp32 + int8 weights"
+    assert all(isinstance(layer, torch.nn.Identity) for layer in engine.pair.target.model.layers)  # released
+    accepted = 0
+    for prompt in PROMPTS:
+        plain = complete(engine, prompt, "none")
+        drafted = complete(engine, prompt, "model")
+        assert drafted.token_ids == plain.token_ids, prompt[-30:]
+        accepted += drafted.stats["accepted"]
+    assert accepted > NEW_TOKENS

@@ -51,7 +51,10 @@ def engine() -> Any:
 
     torch.set_num_threads(1)
     # The torch runtime: the fp32 identity is a claim about it (the GGUF beside the model is Q4_1 for llama.cpp).
-    return LocalEngine(target=NAME, device="cpu", dtype="fp32", max_context=1024, runtime="torch")
+    # keep_hf_model: the sampling test runs the HF module itself as its reference.
+    return LocalEngine(
+        target=NAME, device="cpu", dtype="fp32", max_context=1024, runtime="torch", keep_hf_model=True
+    )
 
 
 def complete(engine: Any, prompt: str, drafter: str, **extra: Any) -> Any:

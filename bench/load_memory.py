@@ -1,0 +1,76 @@
+"""Memory of loading a target (and draft) the way the server does, measured in a fresh process.
+
+`python -m bench.load_memory TARGET [--draft DRAFT]` loads a `LocalEngine` on CPU (torch runtime, auto dtype,
+HF weights released once the lean decoders hold them) and prints one JSON object: the weights as the
+decoders hold them, the KV caches, the process's resident memory before and after, and its peak (VmHWM).
+The "added" figures subtract what the process held before loading (Python, torch, transformers).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def status_mb(field: str) -> float:
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def measure(target: str, draft: str | None, window: int, threads: int) -> dict[str, Any]:
+    import torch
+    import transformers  # noqa: F401  # imported before the baseline: it is not the model's memory
+
+    from engine.service import LocalEngine
+
+    torch.set_num_threads(threads)
+    before = status_mb("VmRSS")
+    engine = LocalEngine(
+        target=target, draft=draft or "none", device="cpu", max_context=window, runtime="torch"
+    )
+    rss, peak = status_mb("VmRSS"), status_mb("VmHWM")
+    return {
+        "target": target,
+        "draft": draft,
+        "dtype": str(engine.pair.dtype),
+        "runtime": engine.info().runtime,
+        **{k: v for k, v in engine.memory.items() if k != "rss_added_by_load_mb"},
+        "rss_before_mb": before,
+        "rss_mb": rss,
+        "peak_mb": peak,
+        "rss_added_mb": rss - before,
+        "peak_added_mb": peak - before,
+    }
+
+
+def measure_in_subprocess(target: Path, draft: Path | None, window: int, threads: int) -> dict[str, Any]:
+    command = [sys.executable, "-m", "bench.load_memory", str(target), "--window", str(window)]
+    command += ["--threads", str(threads), *(["--draft", str(draft)] if draft else [])]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return {"error": done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]}
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m bench.load_memory", description=__doc__.split("\n")[0])
+    parser.add_argument("target")
+    parser.add_argument("--draft")
+    parser.add_argument("--window", type=int, default=2048)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    print(json.dumps(measure(args.target, args.draft, args.window, args.threads)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,56 @@
+"""The draft model's runtime: its weight quantization rule, and what the loaded models cost in memory."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from engine_core_support import prompt_ids, tiny_gpt2, tiny_llama
+
+from engine.hf_decoder import HFDecoder
+from engine.lean import LeanLlamaDecoder
+from engine.runtime import RuntimeUnavailable, build_draft_decoder, choose_draft_quantization
+from engine.service import decoder_weight_mb, model_memory
+
+
+def test_auto_draft_weights_are_int8_on_avx512_cpus_and_full_precision_elsewhere() -> None:
+    assert choose_draft_quantization("auto", "cpu", "AVX512")[0] == "int8"
+    none, why = choose_draft_quantization("auto", "cpu", "AVX2")
+    assert none == "none" and "AVX-512" in why
+    assert choose_draft_quantization("auto", "cuda")[0] == "none"
+    assert choose_draft_quantization("int4", "cpu") == ("int4", "requested")
+    with pytest.raises(RuntimeUnavailable, match="unknown draft quantization"):
+        choose_draft_quantization("int3", "cpu")
+
+
+def test_a_llama_draft_runs_lean_with_quantized_weights_and_a_gpt2_one_on_transformers() -> None:
+    torch.set_num_threads(1)
+    model = tiny_llama(seed=2, hidden=64)
+    reference = LeanLlamaDecoder(model).forward(prompt_ids(20)).argmax(-1)
+    decoder, choice = build_draft_decoder(model, 128, quantization="int8", release=True)
+    assert isinstance(decoder, LeanLlamaDecoder) and decoder.quantization == "int8"
+    assert choice.weights == "fp32 + int8 weights"
+    # int8 weights move logits a little; on this well-separated tiny model the argmax stays.
+    agreement = (decoder.forward(prompt_ids(20)).argmax(-1) == reference).float().mean()
+    assert agreement >= 0.9
+    other, other_choice = build_draft_decoder(tiny_gpt2(), 128)
+    assert isinstance(other, HFDecoder) and other_choice.runtime == "transformers"
+    with pytest.raises(RuntimeUnavailable, match="Llama-family"):
+        build_draft_decoder(tiny_gpt2(), 128, quantization="int8")
+
+
+def test_model_memory_counts_each_weight_once_and_int8_halves_bf16() -> None:
+    model = tiny_llama(seed=4, hidden=128).to(torch.bfloat16)
+    bf16 = LeanLlamaDecoder(model, 64)
+    int8 = LeanLlamaDecoder(model, 64, "int8")
+    embed_mb = model.get_input_embeddings().weight.numel() * 2 / 2**20
+    projections_bf16 = decoder_weight_mb(bf16)
+    projections_int8 = decoder_weight_mb(int8)
+    assert projections_bf16 is not None and projections_int8 is not None
+    params_mb = sum(p.numel() for p in model.parameters()) * 2 / 2**20
+    assert projections_bf16 == pytest.approx(params_mb, rel=0.02)  # every parameter once, packed or not
+    # int8 codes are half of bf16 (plus one scale per row); the embedding table stays bf16.
+    assert projections_int8 - embed_mb == pytest.approx((projections_bf16 - embed_mb) / 2, rel=0.05)
+    memory = model_memory(bf16, int8, rss_before=None)
+    assert memory["weights_mb"] == pytest.approx(projections_bf16 + projections_int8)
+    assert memory["kv_cache_mb"] == pytest.approx(2 * 2 * 2 * 2 * 64 * 32 * 2 / 2**20)
+    assert memory["rss_added_by_load_mb"] is None
