@@ -282,17 +282,22 @@ class EngineWorker:
         if not isinstance(backend, WarmingBackend) or info is None or job.cancel.cancelled:
             return
         try:
+            # As for a completion: build from a snapshot, so edits never wait on the lock meanwhile.
             with self._store_lock:
-                ctx = None
-                if is_current(self._store, job.uri, job.version):
-                    offset = job.offset
-                    if offset is None:
-                        offset = warm_offset(
-                            self._store, job.uri, settings.context.max_prompt_tokens, backend.count_tokens
-                        )
-                    ctx = self._build_context(
-                        self._store, job.uri, offset, info, settings.context, backend.count_tokens
-                    )
+                current = is_current(self._store, job.uri, job.version)
+                snapshot = self._store.snapshot() if current else None
+            ctx = None
+            if snapshot is not None:
+
+                def count(text: str) -> int:
+                    return backend.count_tokens(without_lone_surrogates(text))
+
+                offset = job.offset
+                if offset is None:
+                    offset = warm_offset(snapshot, job.uri, settings.context.max_prompt_tokens, count)
+                ctx = self._build_context(snapshot, job.uri, offset, info, settings.context, count)
+                with self._store_lock:
+                    self._store.adopt_trees(snapshot)
             if ctx is None or ctx.mode == "none":
                 return
             request = engine_request(ctx, settings, previous_completion="")

@@ -11,7 +11,7 @@ Policy.
   Documents are served in the order their first pending job arrived, so one busy file cannot starve another.
 - A newer request or a `didChange` stops the document's running generation, unless the user only typed
   characters that agree with what it generated: then it keeps going and later requests are answered from
-  it. A generation with no text yet is stopped too: its prefill stays cached and the next one goes on.
+  it.
 - A finished suggestion is cached per document; typing that matches its start is answered at once with the
   remainder, without a model call. On divergence a new generation starts and gets the old suggestion as
   `previous_completion`, so the stale drafter can re-verify it in one pass.
@@ -48,7 +48,6 @@ from lsp_server.typed_ahead import (
     remainder_after,
     still_agrees,
     typed_since,
-    worth_keeping,
 )
 
 BackendState = Literal["idle", "loading", "ready", "error"]
@@ -160,7 +159,7 @@ class Scheduler:
             self._finish(queued, cancelled=True, reason="edited-before-start")
             return
         typed = self._typed_after(generation)
-        if typed is not None and worth_keeping(generation.text, typed):
+        if typed is not None and still_agrees(generation.text, typed):
             generation.agreed_typing = typed
             return
         self._cancel(generation, "edited")
@@ -266,7 +265,7 @@ class Scheduler:
                 return None
             self.stats.typed_ahead_hits += 1
             return Suggestion(remainder, suggestion_id)
-        if not worth_keeping(generation.text, typed):
+        if not still_agrees(generation.text, typed):
             return None
         generation.agreed_typing = typed
         partial = self._partial_after(generation.doc_text, generation.anchor, typed)

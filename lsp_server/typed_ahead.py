@@ -27,13 +27,6 @@ def still_agrees(generated: str, typed: str) -> bool:
     return generated.startswith(typed) or typed.startswith(generated)
 
 
-def worth_keeping(generated: str, typed: str) -> bool:
-    """Keep a running generation for typing `typed`? Only once it has text that agrees with the typing: one
-    still in its prefill would answer for a stale cursor, and a new one loses nothing (a cancelled prefill
-    keeps its KV cache, so the new generation goes on from there with the typed text in its prompt)."""
-    return not typed or (bool(generated) and still_agrees(generated, typed))
-
-
 def complete_first_line(text: str) -> str | None:
     """`text` up to the first line break that follows some non-blank content; None if no such line yet."""
     seen_content = False

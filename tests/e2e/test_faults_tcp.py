@@ -234,9 +234,10 @@ def test_a_shared_token_file_must_be_private(tmp_path: Path) -> None:
 def test_concurrent_sessions_share_the_model_fairly_and_cancel_only_their_own(tmp_path: Path) -> None:
     server = TcpServer(tmp_path, "--fake-token-delay-ms", "40")  # ~0.3 s per answer
     try:
-        _, a = server.session()
-        b_sock, b = server.session()
-        _, c = server.session()
+        whole = {"partialAfterMs": 0, "firstLineMs": 60_000}  # wait for whole answers, not early parts
+        _, a = server.session(**whole)
+        b_sock, b = server.session(**whole)
+        _, c = server.session(**whole)
         a.open(URI, "def alpha(")
         b.open(URI, "def beta(")
         c.open(URI, "def beta(")

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 
-from engine.api import CompletionResult
 from lsp_server.backends.fake import FakeBackend, continuation_for, split_tokens
 from lsp_server.config import FakeSettings, ServerSettings
 from lsp_server.context import build_completion_context, finalize_completion
@@ -482,29 +480,3 @@ async def test_a_file_is_warmed_when_opened_and_after_an_idle_pause(make_harness
     await asyncio.sleep(0.2)
     assert len(backend.warmed) == warmed + 1  # the idle pause after the request
     assert h.scheduler.stats.as_dict()["warmups"] == {"open": 1, "idle": 1}
-
-
-async def test_typing_before_any_text_restarts_the_generation_for_the_new_cursor(make_harness) -> None:
-    class SlowStart(FakeBackend):
-        def complete(self, request, *, on_text=None, cancel=None):  # type: ignore[no-untyped-def]
-            for _ in range(100):  # a long prefill that polls its cancel token
-                if cancel is not None and cancel.cancelled:
-                    return CompletionResult("", "cancelled")
-                time.sleep(0.005)
-            return super().complete(request, on_text=on_text, cancel=cancel)
-
-    rules = [("x = ", "compute(1)")]
-    h = Harness(SlowStart(rules), replace(ServerSettings(backend="fake"), **WHOLE_ANSWERS))
-    h.scheduler.start(asyncio.get_running_loop())
-    h.scheduler.load(h.scheduler.settings)
-    await asyncio.wait_for(h.ready.wait(), timeout=10)
-    try:
-        h.open(URI, "x = ")
-        first = h.complete_at_end(URI)
-        await asyncio.sleep(0.05)  # still in its "prefill"
-        h.type(URI, "c")
-        assert await first is None  # stale: it was for the cursor before "c"
-        assert await h.answer(URI) == "ompute(1)"
-        assert h.scheduler.stats.generations == 2
-    finally:
-        h.scheduler.stop()

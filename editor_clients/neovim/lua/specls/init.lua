@@ -77,7 +77,7 @@ local function buffer_autocmds(group)
     end,
   })
   -- Where the user is, once the cursor rests: the server warms its cache for the next request there.
-  vim.api.nvim_create_autocmd({ 'BufEnter', 'CursorHold', 'CursorHoldI', 'InsertEnter' }, {
+  vim.api.nvim_create_autocmd({ 'BufEnter', 'CursorHold' }, {
     group = group,
     callback = function(args)
       completion.report_cursor(args.buf)
