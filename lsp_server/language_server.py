@@ -18,7 +18,8 @@ from lsp_server import __version__
 from lsp_server.backends import create_backend
 from lsp_server.config import ServerSettings, SettingsReport, apply_settings, fit_to_model
 from lsp_server.documents import DocumentStore
-from lsp_server.protocol import SpeclsProtocol
+from lsp_server.jobs import Generation
+from lsp_server.protocol import GROWN_NOTIFICATION, SpeclsProtocol
 from lsp_server.scheduler import BackendState, Scheduler
 from lsp_server.secrets import redact
 
@@ -52,6 +53,7 @@ class SpeclsServer(LanguageServer):
             on_state=self.on_backend_state,
             on_log=self.log,
             on_completion=self.schedule_status,
+            on_grown=self.suggestion_grown,
         )
         self.progress_token: str | None = None
         self.progress_count = 0
@@ -96,6 +98,15 @@ class SpeclsServer(LanguageServer):
             )
         except Exception:  # the client is gone; the local log has it
             logger.debug("could not send a log message", exc_info=True)
+
+    def suggestion_grown(self, generation: Generation) -> None:
+        """Tell the client that a suggestion it got only part of is now whole."""
+        try:
+            self.protocol.notify(
+                GROWN_NOTIFICATION, {"uri": generation.uri, "suggestionId": str(generation.id)}
+            )
+        except Exception:  # the client is gone
+            logger.debug("could not send %s", GROWN_NOTIFICATION, exc_info=True)
 
     def on_backend_state(self, state: BackendState, message: str) -> None:
         message = redact(message)

@@ -93,3 +93,14 @@ def supports_inline_completion(capabilities: types.ClientCapabilities) -> bool:
     fallback for clients that do not."""
     text_document = capabilities.text_document
     return text_document is not None and text_document.inline_completion is not None
+
+
+GROWN_NOTIFICATION = "specls/suggestionGrown"
+REFRESH_CAPABILITY = "speclsSuggestionGrown"  # in the client's `experimental` capabilities
+
+
+def refreshes_on_growth(capabilities: types.ClientCapabilities) -> bool:
+    """Whether the client asks again for a suggestion when told it grew (`specls/suggestionGrown`): then a
+    request may be answered early with part of a suggestion, and the editor shows the rest when it is done."""
+    experimental = capabilities.experimental
+    return isinstance(experimental, dict) and experimental.get(REFRESH_CAPABILITY) is True

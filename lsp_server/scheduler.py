@@ -74,6 +74,7 @@ class Scheduler:
         on_state: Callable[[BackendState, str], None] = lambda state, message: None,
         on_log: Callable[[int, str], None] = lambda level, message: None,
         on_completion: Callable[[], None] = lambda: None,
+        on_grown: Callable[[Generation], None] = lambda generation: None,
         cache_documents: int = 64,
     ) -> None:
         self.store = store
@@ -84,6 +85,10 @@ class Scheduler:
         self._on_state = on_state
         self._on_log = on_log
         self._on_completion = on_completion
+        self._on_grown = on_grown
+        # Set at initialize when the client re-asks on `specls/suggestionGrown`: only then may a request be
+        # answered with a mid-line part, since a client that never re-asks would keep showing just that part.
+        self.client_refreshes = False
         self._cache_documents = cache_documents
         self._ids = itertools.count(1)
         self._latest: collections.OrderedDict[str, Generation] = collections.OrderedDict()
@@ -304,7 +309,9 @@ class Scheduler:
         """Seconds after which a request may be answered with the text generated so far: mid-line only,
         where people type on (at a line start they pause, and wait for a whole line)."""
         line_before = text[text.rfind("\n", 0, offset) + 1 : offset] + typed
-        if self.settings.partial_after_ms <= 0 or not line_before.strip() or "\n" in typed:
+        if not self.client_refreshes or self.settings.partial_after_ms <= 0:
+            return None
+        if not line_before.strip() or "\n" in typed:
             return None
         return self.settings.partial_after_ms / 1000
 
@@ -367,10 +374,12 @@ class Scheduler:
             waiter.future.set_result(None)
         elif waiter.first_line_only and remainder is not None and complete_first_line(remainder) is not None:
             waiter.future.set_result(complete_first_line(remainder))
+            generation.answered_short = True
         elif waiter.partial_due and remainder is not None and remainder.strip():
             # Mid-line, past the deadline: what is there now beats nothing before the next key; the
             # generation goes on and the next request is served from it.
             waiter.future.set_result(remainder.split("\n", 1)[0] if "\n" in remainder.strip() else remainder)
+            generation.answered_short = True
         if waiter.future.done():
             generation.waiters.remove(waiter)
 
@@ -393,6 +402,7 @@ class Scheduler:
     def _on_done(
         self, generation: Generation, text: str, result: CompletionResult | None, error: str | None
     ) -> None:
+        self.stats.finished_generations += 1
         if result is not None:
             self.stats.record_engine(result)
             if result.finish_reason == "cancelled":
@@ -419,6 +429,8 @@ class Scheduler:
         generation.failed = failed or cancelled  # a cut-off suggestion is not served from the cache
         for waiter in list(generation.waiters):
             self._evaluate(generation, waiter)
+        if generation.answered_short and not generation.failed and generation.text:
+            self._on_grown(generation)  # the client may ask again, and get the whole suggestion at once
 
     def _cancel(self, generation: Generation, reason: str) -> None:
         """Stop a generation (the engine sees the cancel within one round) and answer its waiters now."""

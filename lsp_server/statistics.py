@@ -38,6 +38,7 @@ class Statistics:
     answered_empty: int = 0
     typed_ahead_hits: int = 0
     generations: int = 0
+    finished_generations: int = 0  # the engine returned (whole, cut short, cancelled or failed)
     cancelled_generations: int = 0
     failed_generations: int = 0
     shown: int = 0
@@ -80,6 +81,7 @@ class Statistics:
             "answered_empty": self.answered_empty,
             "typed_ahead_hits": self.typed_ahead_hits,
             "generations": self.generations,
+            "finished_generations": self.finished_generations,
             "cancelled_generations": self.cancelled_generations,
             "failed_generations": self.failed_generations,
             "shown": self.shown,

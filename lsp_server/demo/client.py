@@ -251,6 +251,15 @@ class ServerSession:
         """Change settings the way an editor does (no reload unless a model setting changes). The server
         replaces its editor settings with each message, so every setting sent so far is sent again."""
         self.settings.update(settings)
+        self._send_settings()
+
+    def forget_settings(self, *names: str) -> None:
+        """Stop sending these settings: the server goes back to their defaults (or the command line's)."""
+        for name in names:
+            self.settings.pop(name, None)
+        self._send_settings()
+
+    def _send_settings(self) -> None:
         self.client.workspace_did_change_configuration(
             types.DidChangeConfigurationParams({"specls": dict(self.settings)})
         )

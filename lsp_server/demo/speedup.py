@@ -4,8 +4,10 @@ same text (greedy speculative decoding is lossless)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from lsp_server.demo.client import ServerSession
 from lsp_server.demo.keystrokes import ratio
@@ -105,7 +107,15 @@ async def measure_speedup(
         if progress is not None:
             progress(f"speed-up sample {number + 1}/{len(offsets)}: {plain.tokens} tokens")
     session.configure(drafter=drafter)
+    session.configure(drafter=drafter)
+    session.forget_settings(*WHOLE_ANSWERS)
     return result
+
+
+# Each timed run must be answered with its generation's whole text, so that the texts compared are whole
+# and the engine statistics read after the answer are that generation's: no early first line, no part.
+WHOLE_ANSWERS = {"firstLineMs": 60_000, "partialAfterMs": 0}
+FINISH_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -125,13 +135,13 @@ async def _decode(
     file_name: str,
     label: int | str,
 ) -> _Decoded | None:
-    session.configure(drafter=drafter)
+    session.configure(drafter=drafter, **WHOLE_ANSWERS)
     uri = f"file:///specls-demo/speedup/{label}-{drafter}/{file_name}"
     session.open(uri, source[:offset], language_id)
     try:
         before = await session.stats()
         text = await session.inline_completion(uri, offset)
-        after = await session.stats()
+        after = await _when_finished(session, before)
     finally:
         session.close(uri)
     engine = after.get("last_engine_stats") or {}
@@ -141,3 +151,14 @@ async def _decode(
     if tokens == 0:
         return None
     return _Decoded(text, tokens, float(engine["decode_s"]), int(engine.get("target_forwards", 0)))
+
+
+async def _when_finished(session: ServerSession, before: dict[str, Any]) -> dict[str, Any]:
+    """The server's statistics once every generation started since `before` has returned."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + FINISH_TIMEOUT_S
+    while True:
+        stats = await session.stats()
+        if stats.get("finished_generations", 0) >= stats.get("generations", 0) or loop.time() > deadline:
+            return stats
+        await asyncio.sleep(0.02)

@@ -13,6 +13,7 @@ from pygls.capabilities import ServerCapabilitiesBuilder
 from lsp_server.config import SettingsReport, settings_section
 from lsp_server.handlers.guard import guarded
 from lsp_server.language_server import SpeclsServer
+from lsp_server.protocol import refreshes_on_growth
 
 
 @guarded(None)
@@ -21,6 +22,7 @@ def initialize(ls: SpeclsServer, params: types.InitializeParams) -> None:
     ls.store.position_encoding = (
         encoding.value if isinstance(encoding, types.PositionEncodingKind) else encoding
     )
+    ls.scheduler.client_refreshes = refreshes_on_growth(params.capabilities)
     options = params.initialization_options
     if isinstance(options, Mapping):
         ls.client_settings = dict(settings_section(options))

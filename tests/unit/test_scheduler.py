@@ -111,7 +111,10 @@ class Harness:
             finalize=finalize_completion if server_context else lambda text, ctx: text,
             on_state=self._on_state,
             on_log=lambda level, message: self.logs.append(message),
+            on_grown=lambda generation: self.grown.append(generation.id),
         )
+        self.scheduler.client_refreshes = True  # a client that asks again on specls/suggestionGrown
+        self.grown: list[int] = []
         self.versions: dict[str, int] = {}
 
     def _on_state(self, state: str, message: str) -> None:
@@ -434,6 +437,36 @@ async def test_mid_line_a_slow_generation_answers_with_what_it_has_after_the_dea
     rest = await h.answer(URI)
     assert early + rest == "compute(values) + 1"[: len(early + rest)] and rest
     assert h.scheduler.stats.generations == 1
+
+
+async def test_a_part_answered_early_is_announced_when_whole_and_then_served_whole(make_harness) -> None:
+    h = await make_harness([("total = ", "compute(values) + 1")], token_delay_s=0.03, partial_after_ms=50)
+    h.open(URI, "total = ")
+    early = await h.answer(URI)
+    assert early != "compute(values) + 1" and not h.grown
+    for _ in range(200):
+        if h.grown:
+            break
+        await asyncio.sleep(0.01)
+    assert h.grown == [1]  # specls/suggestionGrown for generation 1, once it finished
+    assert await h.answer(URI) == "compute(values) + 1"  # the client's new request: the whole suggestion
+    assert h.scheduler.stats.generations == 1
+
+
+async def test_a_client_that_never_asks_again_gets_no_mid_line_part(make_harness) -> None:
+    h = await make_harness([("total = ", "compute(values) + 1")], token_delay_s=0.03, partial_after_ms=10)
+    h.scheduler.client_refreshes = False  # e.g. Neovim's built-in client: it would keep showing the part
+    h.open(URI, "total = ")
+    assert await h.answer(URI) == "compute(values) + 1"
+    assert not h.grown
+
+
+async def test_a_whole_answer_is_not_announced_again(make_harness) -> None:
+    h = await make_harness(RULES)
+    h.open(URI, "def greet(")
+    await h.answer(URI)
+    await asyncio.sleep(0.05)
+    assert not h.grown
 
 
 async def test_at_a_line_start_the_partial_deadline_does_not_apply(make_harness) -> None:

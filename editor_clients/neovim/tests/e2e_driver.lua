@@ -79,10 +79,19 @@ local function main()
   result.line_after_typing = vim.api.nvim_get_current_line()
   result.cursor_after_typing = vim.api.nvim_win_get_cursor(0)
   -- The model is loaded by now: a suggestion that takes longer than this is not coming.
+  local ghost_timeout_ms = tonumber(env.SPECLS_E2E_GHOST_TIMEOUT_MS or '30000')
   wait_for('ghost text', function()
     return specls.ghost_text(bufnr) ~= nil
-  end, tonumber(env.SPECLS_E2E_GHOST_TIMEOUT_MS or '30000'))
+  end, ghost_timeout_ms)
   result.ghost_ms_after_first_key = vim.loop.now() - typing_started
+  result.first_ghost = specls.ghost_text(bufnr)
+  local expected_ghost = env.SPECLS_E2E_EXPECT_GHOST -- then wait until the ghost text grows into this
+  if expected_ghost then
+    wait_for('the expected ghost text', function()
+      local shown = specls.ghost_text(bufnr)
+      return shown ~= nil and shown.text == expected_ghost
+    end, ghost_timeout_ms)
+  end
   result.ghost = specls.ghost_text(bufnr)
   result.cursor_before_accept = vim.api.nvim_win_get_cursor(0)
   result.line_before_accept = vim.api.nvim_get_current_line()

@@ -5,6 +5,7 @@ import {
   type LanguageClientOptions,
   type Middleware,
   type ServerOptions,
+  type StaticFeature,
 } from "vscode-languageclient/node";
 
 import { currentConfig, SECTION, serverLaunch, toInitializationOptions } from "./settings";
@@ -14,6 +15,19 @@ import { ACCEPT_COMMAND, SuggestionTracker, suggestionIdOf } from "./suggestions
 
 const CURSOR_NOTIFICATION = "specls/cursor";
 const CURSOR_REST_MS = 200;
+const GROWN_NOTIFICATION = "specls/suggestionGrown";
+
+/** Tells the server that the extension asks again when a suggestion it got in part is whole, so the server
+ * may answer mid-line with what it has so far. */
+const asksAgainWhenGrown: StaticFeature = {
+  fillClientCapabilities: (capabilities) => {
+    const experimental = (capabilities.experimental ?? {}) as Record<string, unknown>;
+    capabilities.experimental = { ...experimental, speclsSuggestionGrown: true };
+  },
+  initialize: () => undefined,
+  getState: () => ({ kind: "static" }),
+  clear: () => undefined,
+};
 
 export class SpeclsServer implements vscode.Disposable {
   private client: LanguageClient | undefined;
@@ -89,6 +103,10 @@ export class SpeclsServer implements vscode.Disposable {
     this.statusBar.update({ state: "loading", message: `starting ${what}` });
     const client = new LanguageClient("specls", "specls", serverOptions, clientOptions);
     client.onNotification("specls/status", (status: ServerStatus) => this.statusBar.update(status));
+    client.registerFeature(asksAgainWhenGrown);
+    client.onNotification(GROWN_NOTIFICATION, (params: { uri: string; suggestionId: string }) =>
+      this.grown(client, params),
+    );
     this.client = client;
     this.tracker.reset();
     try {
@@ -97,6 +115,15 @@ export class SpeclsServer implements vscode.Disposable {
       const message = error instanceof Error ? error.message : String(error);
       this.statusBar.update({ state: "error", message: `could not start ${what}: ${message}` });
       throw error;
+    }
+  }
+
+  /** The suggestion on screen was answered in part and is whole now: ask again while it is still there. */
+  private grown(client: LanguageClient, params: { uri: string; suggestionId: string }): void {
+    const uri = client.protocol2CodeConverter.asUri(params.uri).toString();
+    const editor = vscode.window.activeTextEditor;
+    if (editor?.document.uri.toString() === uri && this.tracker.showsGeneration(uri, String(params.suggestionId))) {
+      void vscode.commands.executeCommand("editor.action.inlineSuggest.trigger");
     }
   }
 

@@ -38,6 +38,13 @@ export class SuggestionTracker {
     }
   }
 
+  /** Whether the suggestion on screen in `uri` came from the server's generation `generationId` (an id is
+   * "<generation>" or "<generation>+<characters typed since>"). */
+  showsGeneration(uri: string, generationId: string): boolean {
+    const id = this.onScreen.get(uri);
+    return id !== undefined && id.split("+")[0] === generationId;
+  }
+
   /** The user accepted `suggestionId`; the server already counts it through its `specls.accept` command. */
   accepted(suggestionId: string): void {
     for (const [uri, id] of this.onScreen) {

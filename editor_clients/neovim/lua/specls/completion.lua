@@ -178,6 +178,23 @@ function M.request(bufnr)
   end
 end
 
+--- The server finished a suggestion it had answered in part (`specls/suggestionGrown`): ask again, for
+--- the whole of it, while that part is still on screen where it was shown and nothing else is being asked.
+---@param uri string
+---@param generation_id string
+function M.on_grown(uri, generation_id)
+  local bufnr = vim.api.nvim_get_current_buf()
+  local st = states[bufnr]
+  local s = st and st.suggestion
+  if not s or st.request or not s.id or vim.uri_from_bufnr(bufnr) ~= uri then
+    return
+  end
+  local row, col = cursor()
+  if tostring(s.id):match('^[^+]+') == generation_id and row == s.row and col == s.col then
+    M.request(bufnr)
+  end
+end
+
 --- After an edit in insert mode: keep the ghost if the user typed what it predicted, else drop it.
 ---@param bufnr integer
 ---@return boolean?

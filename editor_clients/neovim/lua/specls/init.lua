@@ -107,6 +107,7 @@ function M.setup(opts)
   completion.hl_group = config.hl_group
   vim.api.nvim_set_hl(0, 'SpeclsGhostText', { link = 'Comment', default = true })
   server.configure(config, on_attach)
+  server.on_grown = completion.on_grown
   server.on_ready = function()
     completion.report_cursor(vim.api.nvim_get_current_buf())
   end

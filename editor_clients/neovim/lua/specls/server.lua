@@ -7,6 +7,8 @@ local M = {
   status = { state = 'stopped', message = 'not started' },
   ---@type fun()?
   on_ready = nil,
+  ---@type fun(uri: string, suggestion_id: string)?
+  on_grown = nil,
 }
 
 local lsp_config -- built by M.configure from the plugin config
@@ -20,6 +22,9 @@ local function capabilities()
   -- Neovim before 0.10 counts columns in UTF-16 and does not say so; say it, so no server has to guess.
   caps.general = caps.general or {}
   caps.general.positionEncodings = caps.general.positionEncodings or { 'utf-16' }
+  -- The plugin asks again when told that a suggestion answered in part is whole (specls/suggestionGrown),
+  -- so the server may answer mid-line with what it has so far.
+  caps.experimental = vim.tbl_extend('force', caps.experimental or {}, { speclsSuggestionGrown = true })
   return caps
 end
 
@@ -82,7 +87,14 @@ function M.configure(config, hook)
     capabilities = capabilities(),
     -- Send each edit at once: a suggestion is only as fresh as the text the server has.
     flags = { debounce_text_changes = 0 },
-    handlers = { ['specls/status'] = on_status },
+    handlers = {
+      ['specls/status'] = on_status,
+      ['specls/suggestionGrown'] = function(_, params)
+        if M.on_grown and type(params) == 'table' and type(params.uri) == 'string' then
+          M.on_grown(params.uri, tostring(params.suggestionId))
+        end
+      end,
+    },
     on_attach = function(client, bufnr)
       for _, hook_fn in ipairs(on_attach_hooks) do
         hook_fn(client, bufnr)

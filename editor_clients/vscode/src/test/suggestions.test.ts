@@ -31,6 +31,16 @@ describe("SuggestionTracker", () => {
     ]);
   });
 
+  it("knows which generation the suggestion on screen came from", () => {
+    const { tracker } = recorder();
+    tracker.shown("file:///a.py", "7+3");
+    assert.equal(tracker.showsGeneration("file:///a.py", "7"), true);
+    assert.equal(tracker.showsGeneration("file:///a.py", "3"), false);
+    assert.equal(tracker.showsGeneration("file:///b.py", "7"), false);
+    tracker.accepted("7+3");
+    assert.equal(tracker.showsGeneration("file:///a.py", "7"), false);
+  });
+
   it("does not reject an accepted suggestion", () => {
     const { sent, tracker } = recorder();
     tracker.shown("file:///a.py", "1");
