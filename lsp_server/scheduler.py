@@ -12,7 +12,8 @@ Policy.
 - A newer request or a `didChange` stops the document's running generation, unless the user only typed
   characters that agree with what it generated: then it keeps going and later requests are answered from
   it.
-- A finished suggestion is cached per document; typing that matches its start is answered at once with the
+- Finished suggestions are cached by the text around their cursor (`suggestion_cache.py`): backspace, undo
+  or coming back to a spot shows one again, and typing that matches its start is answered at once with the
   remainder, without a model call. On divergence a new generation starts and gets the old suggestion as
   `previous_completion`, so the stale drafter can re-verify it in one pass.
 - Every request gets an answer: a suggestion, an empty one, or (after `$/cancelRequest`, done by pygls when
@@ -43,6 +44,7 @@ from lsp_server.documents import DocumentStore, PositionError, UnknownDocumentEr
 from lsp_server.engine_worker import ContextBuilder, EngineWorker, Finalizer, WarmJob
 from lsp_server.jobs import Generation, Waiter, is_current
 from lsp_server.statistics import Statistics
+from lsp_server.suggestion_cache import SuggestionCache
 from lsp_server.typed_ahead import (
     complete_first_line,
     remainder_after,
@@ -92,6 +94,7 @@ class Scheduler:
         self._cache_documents = cache_documents
         self._ids = itertools.count(1)
         self._latest: collections.OrderedDict[str, Generation] = collections.OrderedDict()
+        self._suggestions = SuggestionCache()
         self._debounce_seq: collections.Counter[str] = collections.Counter()
         self._request_seq: collections.Counter[str] = collections.Counter()  # for the idle warm-up
         self._cursors: dict[str, int] = {}  # the last known cursor offset per document
@@ -131,6 +134,7 @@ class Scheduler:
         if settings != self.settings:
             for uri in [uri for uri, generation in self._latest.items() if generation.done]:
                 del self._latest[uri]
+            self._suggestions.clear()
         self.settings = settings
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -188,6 +192,7 @@ class Scheduler:
 
     def document_closed(self, uri: str) -> None:
         self._cursors.pop(uri, None)
+        self._suggestions.forget(uri)
         generation = self._latest.pop(uri, None)
         if generation is not None and not generation.done:
             self._worker.withdraw(uri)
@@ -232,6 +237,11 @@ class Scheduler:
                     return reused
                 if not self._is_current(uri, version):
                     return "superseded"  # a newer edit arrived while we waited; a newer request owns it
+
+        cached = self._suggestions.find(uri, text, offset)
+        if cached is not None:
+            self.stats.cache_hits += 1
+            return Suggestion(cached.remainder, cached.suggestion_id)
 
         if self.settings.debounce_ms > 0:
             self._debounce_seq[uri] += 1
@@ -429,6 +439,10 @@ class Scheduler:
         generation.failed = failed or cancelled  # a cut-off suggestion is not served from the cache
         for waiter in list(generation.waiters):
             self._evaluate(generation, waiter)
+        if not generation.failed:
+            self._suggestions.put(
+                generation.uri, generation.doc_text, generation.anchor, generation.text, generation.id
+            )
         if generation.answered_short and not generation.failed and generation.text:
             self._on_grown(generation)  # the client may ask again, and get the whole suggestion at once
 
@@ -438,6 +452,7 @@ class Scheduler:
         self._finish(generation, cancelled=True, reason=reason)
 
     def _cancel_everything(self) -> None:
+        self._suggestions.clear()
         for queued in self._worker.drain():
             self._finish(queued, cancelled=True, reason="reloaded")
         for generation in self._latest.values():

@@ -37,6 +37,7 @@ class Statistics:
     requests: int = 0
     answered_empty: int = 0
     typed_ahead_hits: int = 0
+    cache_hits: int = 0  # answered from a finished suggestion made at this spot or on the way to it
     generations: int = 0
     finished_generations: int = 0  # the engine returned (whole, cut short, cancelled or failed)
     cancelled_generations: int = 0
@@ -80,6 +81,7 @@ class Statistics:
             "requests": self.requests,
             "answered_empty": self.answered_empty,
             "typed_ahead_hits": self.typed_ahead_hits,
+            "cache_hits": self.cache_hits,
             "generations": self.generations,
             "finished_generations": self.finished_generations,
             "cancelled_generations": self.cancelled_generations,

@@ -134,6 +134,15 @@ class Harness:
         self.store.change(uri, self.versions[uri], [TextChange((line, character, line, character), chars)])
         self.scheduler.document_changed(uri)
 
+    def backspace(self, uri: str, count: int = 1) -> None:
+        """Delete `count` characters at the end of the document, one edit each, as an editor would."""
+        for _ in range(count):
+            line, character = self.end(uri)
+            before = self.store.position_at(uri, len(self.store.get(uri).text) - 1)
+            self.versions[uri] += 1
+            self.store.change(uri, self.versions[uri], [TextChange((*before, line, character), "")])
+            self.scheduler.document_changed(uri)
+
     def end(self, uri: str) -> tuple[int, int]:
         return self.store.position_at(uri, len(self.store.get(uri).text))
 
@@ -238,6 +247,46 @@ async def test_every_request_is_answered_in_an_edit_storm(make_harness) -> None:
     assert answers[-1] is not None and answers[-1].text == "compute(values)"
     # Stale requests were not all run: newest-wins kept the worker on the newest only.
     assert len(h.backend.calls) < len(tasks) / 2
+
+
+async def test_backspace_shows_the_suggestion_made_there_again_without_the_model(make_harness) -> None:
+    h = await make_harness([("def greet(", "name):"), ("def greet(x", ", y):")])
+    h.open(URI, "def greet(")
+    assert await h.answer(URI) == "name):"
+    h.type(URI, "x")  # disagrees: a new generation
+    assert await h.answer(URI) == ", y):"
+    h.backspace(URI)
+    assert await h.answer(URI) == "name):"  # from the cache
+    h.type(URI, "n")  # agrees with the cached suggestion
+    assert await h.answer(URI) == "ame):"
+    assert len(h.backend.calls) == 2 and h.scheduler.stats.cache_hits == 2
+
+
+async def test_coming_back_to_a_spot_shows_its_suggestion_again(make_harness) -> None:
+    h = await make_harness([("def greet(", "name):"), ("x = ", "1")])
+    h.open(URI, "def greet(")
+    assert await h.answer(URI) == "name):"
+    h.open(OTHER, "x = ")
+    assert await h.answer(OTHER) == "1"
+    h.type(OTHER, "2")  # typing elsewhere
+    h.backspace(OTHER)
+    assert await h.answer(URI) == "name):" and await h.answer(OTHER) == "1"
+    assert len(h.backend.calls) == 2
+
+
+async def test_new_settings_or_a_closed_document_drop_cached_suggestions(make_harness) -> None:
+    h = await make_harness([("def greet(", "name):"), ("def greet(x", ", y):")])
+    h.open(URI, "def greet(")
+    await h.answer(URI)
+    h.type(URI, "x")
+    await h.answer(URI)
+    h.scheduler.update_settings(replace(h.scheduler.settings, max_new_tokens=7))
+    h.backspace(URI)
+    assert await h.answer(URI) == "name):" and len(h.backend.calls) == 3  # made again
+    h.store.close(URI)
+    h.scheduler.document_closed(URI)
+    h.open(URI, "def greet(")
+    assert await h.answer(URI) == "name):" and len(h.backend.calls) == 4
 
 
 async def test_typing_that_matches_a_finished_suggestion_is_answered_without_the_model(make_harness) -> None:
