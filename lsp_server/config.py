@@ -60,6 +60,7 @@ class ServerSettings:
     partial_after_ms: int = 80
     warm: bool = True  # prefill the cache while the user is idle (file opened, cursor moved, saved, a pause)
     warm_idle_ms: int = 300  # the pause after the last request before the idle warm-up
+    prefetch: bool = True  # while a suggestion is on screen, compute the next one as if it were accepted
     context: ContextSettings = field(default_factory=ContextSettings)
     fake: FakeSettings = field(default_factory=FakeSettings)
 
@@ -198,6 +199,7 @@ _FIELDS: dict[str, tuple[str, ValueType]] = {
     "firstLineMs": ("first_line_ms", _int_in(0, 60_000)),
     "warm": ("warm", _bool),
     "warmIdleMs": ("warm_idle_ms", _int_in(0, 60_000)),
+    "prefetch": ("prefetch", _bool),
     "maxLines": ("context.max_lines", _int_in(1, 1000)),
     "suppressInComments": ("context.suppress_in_comments", _bool),
     "suppressInStrings": ("context.suppress_in_strings", _bool),

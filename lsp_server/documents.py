@@ -326,6 +326,11 @@ class DocumentStore:
         copy._documents = {uri: doc.snapshot() for uri, doc in self._documents.items()}
         return copy
 
+    def assume_inserted(self, uri: str, offset: int, text: str) -> None:
+        """Insert `text` at `offset` in this copy (a snapshot): the document as it would be once the user
+        accepts a suggestion there, for a prefetch's prompt. `adopt_trees` never takes its tree back."""
+        _replace(self.get(uri), offset, offset, text)
+
     def adopt_trees(self, snapshot: DocumentStore) -> None:
         """Keep the trees a snapshot parsed, for the documents not edited since it was taken."""
         for uri, copy in snapshot._documents.items():

@@ -30,8 +30,9 @@ from engine.api import (
 from lsp_server.config import ServerSettings
 from lsp_server.context import CompletionContext, ContextSettings
 from lsp_server.context.request import engine_request, without_lone_surrogates
-from lsp_server.documents import DocumentStore
+from lsp_server.documents import DocumentStore, OutOfSyncError, UnknownDocumentError
 from lsp_server.jobs import FairQueue, Generation, is_current
+from lsp_server.typed_ahead import part_typed
 
 logger = logging.getLogger(__name__)
 
@@ -238,8 +239,7 @@ class EngineWorker:
             # The lock is held only to copy the documents: the prompt is built from the copy while the
             # event loop goes on applying edits (a slow prompt must never hold up a keystroke).
             with self._store_lock:
-                current = is_current(self._store, generation.uri, generation.version)
-                snapshot = self._store.snapshot() if current else None
+                snapshot = self._snapshot_for(generation)
             ctx = None
             if snapshot is not None:
                 ctx = self._build_context(
@@ -276,6 +276,26 @@ class EngineWorker:
             self._post(self._on_done, generation, "", None, f"{type(exc).__name__}: {exc}")
             return
         self._post(self._on_done, generation, text, result, None)
+
+    def _snapshot_for(self, generation: Generation) -> DocumentStore | None:
+        """A copy of the documents to build `generation`'s prompt from (under the store lock), or None when
+        its context is stale. A prefetch's copy gets the part of its suggestion not yet typed or accepted."""
+        if not generation.assumed_accepted:
+            current = is_current(self._store, generation.uri, generation.version)
+            return self._store.snapshot() if current else None
+        inserted = generation.assumed_accepted
+        start = generation.anchor - len(inserted)
+        try:
+            document = self._store.servable(generation.uri)
+        except (UnknownDocumentError, OutOfSyncError):
+            return None
+        typed = part_typed(generation.doc_text, start, inserted, document.text)
+        if typed is None:
+            return None
+        snapshot = self._store.snapshot()
+        if typed < len(inserted):
+            snapshot.assume_inserted(generation.uri, start + typed, inserted[typed:])
+        return snapshot
 
     def _run_warm(self, job: WarmJob) -> None:
         backend, info, settings = self._backend, self._info, self._settings()

@@ -39,6 +39,8 @@ class Generation:
     done: bool = False
     failed: bool = False
     end_reason: str = ""  # why it ended without text to serve (for the empty-answer counts)
+    # A prefetch: `doc_text` is the document with this suggestion assumed accepted just before `anchor`.
+    assumed_accepted: str = ""
     answered_short: bool = False  # a request got only its first line or a mid-line part, before it finished
     waiters: list[Waiter] = field(default_factory=list)
 

@@ -14,7 +14,10 @@ Policy.
   it.
 - Finished suggestions are cached by the text around their cursor (`suggestion_cache.py`): backspace, undo
   or coming back to a spot shows one again, and typing that matches its start is answered at once with the
-  remainder, without a model call. On divergence a new generation starts and gets the old suggestion as
+  remainder, without a model call.
+- Prefetch: when a suggestion is finished and the engine is idle, the next one is computed as if it were
+  accepted (a `Generation` with `assumed_accepted`). Accepting it, or typing it out, is answered from that
+  prefetch; any other edit, or a real request, cancels it. On divergence a new generation starts and gets the old suggestion as
   `previous_completion`, so the stale drafter can re-verify it in one pass.
 - Every request gets an answer: a suggestion, an empty one, or (after `$/cancelRequest`, done by pygls when
   the awaiting task is cancelled) error -32800.
@@ -47,6 +50,7 @@ from lsp_server.statistics import Statistics
 from lsp_server.suggestion_cache import SuggestionCache
 from lsp_server.typed_ahead import (
     complete_first_line,
+    part_typed,
     remainder_after,
     still_agrees,
     typed_since,
@@ -95,6 +99,9 @@ class Scheduler:
         self._ids = itertools.count(1)
         self._latest: collections.OrderedDict[str, Generation] = collections.OrderedDict()
         self._suggestions = SuggestionCache()
+        self._prefetches: dict[
+            str, Generation
+        ] = {}  # uri -> the prefetch made there, until a request takes it
         self._debounce_seq: collections.Counter[str] = collections.Counter()
         self._request_seq: collections.Counter[str] = collections.Counter()  # for the idle warm-up
         self._cursors: dict[str, int] = {}  # the last known cursor offset per document
@@ -160,6 +167,9 @@ class Scheduler:
 
     def document_changed(self, uri: str) -> None:
         """Stop the document's generation unless the edit only typed characters that agree with it."""
+        prefetch = self._prefetches.get(uri)
+        if prefetch is not None and not prefetch.done and not self._prefetch_still_fits(prefetch):
+            self._cancel_prefetches(uri)
         generation = self._latest.get(uri)
         if generation is None or generation.done:
             return
@@ -193,6 +203,7 @@ class Scheduler:
     def document_closed(self, uri: str) -> None:
         self._cursors.pop(uri, None)
         self._suggestions.forget(uri)
+        self._cancel_prefetches(uri)
         generation = self._latest.pop(uri, None)
         if generation is not None and not generation.done:
             self._worker.withdraw(uri)
@@ -228,10 +239,14 @@ class Scheduler:
         self._request_seq[uri] += 1
         self._schedule_idle_warm(uri, self._request_seq[uri])
 
-        previous = self._latest.get(uri)
-        if previous is not None:
+        prefetch = self._prefetches.get(uri)
+        for previous in (self._latest.get(uri), prefetch):
+            if previous is None:
+                continue
             typed = self._typed_after(previous, text, version)
             if typed is not None and offset == previous.anchor + len(typed):
+                if previous is prefetch:
+                    self._take_prefetch(prefetch)  # the user took the suggestion it assumed
                 reused = await self._reuse(previous, typed)
                 if reused is not None:
                     return reused
@@ -241,6 +256,10 @@ class Scheduler:
         cached = self._suggestions.find(uri, text, offset)
         if cached is not None:
             self.stats.cache_hits += 1
+            if cached.suggestion.prefetched:
+                self.stats.prefetch_hits += 1
+            if not cached.typed:
+                self._prefetch(uri, text, offset, cached.remainder)  # Tab after Tab
             return Suggestion(cached.remainder, cached.suggestion_id)
 
         if self.settings.debounce_ms > 0:
@@ -295,6 +314,7 @@ class Scheduler:
     def _submit(
         self, uri: str, version: int, text: str, offset: int, previous: Generation | None
     ) -> Generation:
+        self._cancel_prefetches()  # a real request goes first
         if previous is not None and not previous.done:
             self._cancel(previous, "superseded")  # newest wins
         generation = Generation(
@@ -314,6 +334,64 @@ class Scheduler:
         if replaced is not None:
             self._finish(replaced, cancelled=True, reason="superseded")
         return generation
+
+    # --- prefetch (event loop) ---
+
+    def _prefetch(self, uri: str, doc_text: str, anchor: int, suggestion: str) -> None:
+        """With `suggestion` shown at `anchor` and the engine idle, compute the next one as if it were taken."""
+        if not self.settings.prefetch or not suggestion or self.state != "ready" or self._worker.busy:
+            return
+        running = self._prefetches.get(uri)
+        if running is not None and not running.done:
+            return
+        assumed_text = doc_text[:anchor] + suggestion + doc_text[anchor:]
+        if self._suggestions.find(uri, assumed_text, anchor + len(suggestion)) is not None:
+            return  # already known
+        prefetch = Generation(
+            id=next(self._ids),
+            uri=uri,
+            version=-1,  # no version of the client's document holds this text (yet)
+            doc_text=assumed_text,
+            anchor=anchor + len(suggestion),
+            previous_completion="",
+            assumed_accepted=suggestion,
+        )
+        self._prefetches[uri] = prefetch
+        self.stats.prefetches += 1
+        self._worker.submit(prefetch)
+
+    def _take_prefetch(self, prefetch: Generation) -> None:
+        """A request is served from `prefetch`: from now on it is the document's generation."""
+        self._prefetches.pop(prefetch.uri, None)
+        self._latest[prefetch.uri] = prefetch
+        self._latest.move_to_end(prefetch.uri)
+        self.stats.prefetch_hits += 1
+        if prefetch.done and not prefetch.failed:  # Tab after Tab (a running one prefetches when it ends)
+            self._prefetch(prefetch.uri, prefetch.doc_text, prefetch.anchor, prefetch.text)
+
+    def _prefetch_still_fits(self, prefetch: Generation) -> bool:
+        """The document is on the way to the text the prefetch assumed (its suggestion partly typed or
+        accepted), or past it with typing its own text agrees with."""
+        try:
+            text = self.store.get(prefetch.uri).text
+        except UnknownDocumentError:
+            return False
+        inserted = prefetch.assumed_accepted
+        if part_typed(prefetch.doc_text, prefetch.anchor - len(inserted), inserted, text) is not None:
+            return True
+        typed = typed_since(prefetch.doc_text, prefetch.anchor, text)
+        return typed is not None and still_agrees(prefetch.text, typed)
+
+    def _cancel_prefetches(self, uri: str | None = None) -> None:
+        for prefetch in [p for p in self._prefetches.values() if uri is None or p.uri == uri]:
+            del self._prefetches[prefetch.uri]
+            if prefetch.done:
+                continue
+            queued = self._worker.withdraw_if_queued(prefetch)
+            if queued is not None:
+                self._finish(queued, cancelled=True, reason="prefetch-dropped")
+            else:
+                self._cancel(prefetch, "prefetch-dropped")
 
     def _partial_after(self, text: str, offset: int, typed: str = "") -> float | None:
         """Seconds after which a request may be answered with the text generated so far: mid-line only,
@@ -441,8 +519,15 @@ class Scheduler:
             self._evaluate(generation, waiter)
         if not generation.failed:
             self._suggestions.put(
-                generation.uri, generation.doc_text, generation.anchor, generation.text, generation.id
+                generation.uri,
+                generation.doc_text,
+                generation.anchor,
+                generation.text,
+                generation.id,
+                prefetched=bool(generation.assumed_accepted),
             )
+            if self._latest.get(generation.uri) is generation:  # on screen: prefetch the one after it
+                self._prefetch(generation.uri, generation.doc_text, generation.anchor, generation.text)
         if generation.answered_short and not generation.failed and generation.text:
             self._on_grown(generation)  # the client may ask again, and get the whole suggestion at once
 
@@ -453,6 +538,7 @@ class Scheduler:
 
     def _cancel_everything(self) -> None:
         self._suggestions.clear()
+        self._cancel_prefetches()
         for queued in self._worker.drain():
             self._finish(queued, cancelled=True, reason="reloaded")
         for generation in self._latest.values():

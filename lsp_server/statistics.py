@@ -38,6 +38,8 @@ class Statistics:
     answered_empty: int = 0
     typed_ahead_hits: int = 0
     cache_hits: int = 0  # answered from a finished suggestion made at this spot or on the way to it
+    prefetches: int = 0  # generations started as if the suggestion on screen were accepted
+    prefetch_hits: int = 0  # requests answered from a prefetch
     generations: int = 0
     finished_generations: int = 0  # the engine returned (whole, cut short, cancelled or failed)
     cancelled_generations: int = 0
@@ -82,6 +84,8 @@ class Statistics:
             "answered_empty": self.answered_empty,
             "typed_ahead_hits": self.typed_ahead_hits,
             "cache_hits": self.cache_hits,
+            "prefetches": self.prefetches,
+            "prefetch_hits": self.prefetch_hits,
             "generations": self.generations,
             "finished_generations": self.finished_generations,
             "cancelled_generations": self.cancelled_generations,

@@ -20,6 +20,7 @@ TYPED_AHEAD_CHARS = 256  # how far before the cursor a cached suggestion's own c
 class CachedSuggestion:
     text: str
     generation_id: int
+    prefetched: bool = False  # made by a prefetch, before the user asked
 
 
 @dataclass(frozen=True)
@@ -54,11 +55,20 @@ class SuggestionCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def put(self, uri: str, text: str, offset: int, suggestion: str, generation_id: int) -> None:
+    def put(
+        self,
+        uri: str,
+        text: str,
+        offset: int,
+        suggestion: str,
+        generation_id: int,
+        *,
+        prefetched: bool = False,
+    ) -> None:
         if not suggestion:
             return
         key = context_key(uri, text, offset)
-        self._entries[key] = CachedSuggestion(suggestion, generation_id)
+        self._entries[key] = CachedSuggestion(suggestion, generation_id, prefetched)
         self._entries.move_to_end(key)
         while len(self._entries) > self.capacity:
             self._entries.popitem(last=False)

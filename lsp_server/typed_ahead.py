@@ -17,6 +17,18 @@ def typed_since(old_text: str, anchor: int, new_text: str) -> str | None:
     return new_text[anchor : anchor + grown]
 
 
+def part_typed(assumed_text: str, start: int, inserted: str, text: str) -> int | None:
+    """How much of `inserted` the user has typed (or accepted) so far, where `assumed_text` is the document
+    with all of `inserted` at `start`: k when `text` is the document with `inserted[:k]` there, else None."""
+    typed = len(text) - (len(assumed_text) - len(inserted))
+    if not 0 <= typed <= len(inserted):
+        return None
+    end = start + len(inserted)
+    if text[:start] != assumed_text[:start] or text[start + typed :] != assumed_text[end:]:
+        return None
+    return typed if text[start : start + typed] == inserted[:typed] else None
+
+
 def remainder_after(suggestion: str, typed: str) -> str | None:
     """What is left of `suggestion` once the user typed `typed`, or None when the typing diverged from it."""
     return suggestion[len(typed) :] if suggestion.startswith(typed) else None

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from pygls.lsp.client import LanguageClient
 
 from lsp_server import __version__
 from lsp_server.demo.keystrokes import position_of
+from lsp_server.protocol import GROWN_NOTIFICATION, REFRESH_CAPABILITY
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,6 +68,8 @@ class ServerSession:
         self.texts: dict[str, str] = {}
         self.versions: dict[str, int] = {}
         self.settings: dict[str, Any] = {}  # what configure() has sent so far
+        # Called with (uri, generation id) on specls/suggestionGrown: a suggestion answered in part is whole.
+        self.on_grown: Callable[[str, str], None] | None = None
         self._stderr_task: asyncio.Task[None] | None = None
 
         # pygls registers plain functions only (it sets attributes on them), so bound methods get a wrapper.
@@ -79,9 +82,15 @@ class ServerSession:
         def on_log_message(params: types.LogMessageParams) -> None:
             self._on_log_message(params)
 
+        def on_grown(params: Any) -> None:
+            plain = to_plain(params)
+            if self.on_grown is not None and isinstance(plain, dict):
+                self.on_grown(str(plain.get("uri")), str(plain.get("suggestionId")))
+
         self.client.feature("specls/status")(on_status)
         self.client.feature(types.WINDOW_SHOW_MESSAGE)(on_show_message)
         self.client.feature(types.WINDOW_LOG_MESSAGE)(on_log_message)
+        self.client.feature(GROWN_NOTIFICATION)(on_grown)
 
     def _on_status(self, params: Any) -> None:
         self.statuses.append(to_plain(params))
@@ -116,6 +125,8 @@ class ServerSession:
             self._stderr_task = asyncio.create_task(self._drain(process.stderr))
         capabilities = types.ClientCapabilities(
             general=types.GeneralClientCapabilities(position_encodings=[types.PositionEncodingKind.Utf16]),
+            # As the VS Code extension does: it asks again when a suggestion answered in part is whole.
+            experimental={REFRESH_CAPABILITY: True},
         )
         try:
             await asyncio.wait_for(

@@ -8,6 +8,8 @@
 - Ghost text stays on screen while the typed characters agree with it (VS Code reuses a suggestion the typing
   still matches, even when the newer request comes back empty); a key that disagrees clears it, and the
   answer to the newest request replaces it.
+- When the server says a suggestion answered in part is whole (`specls/suggestionGrown`) and its part is
+  still on screen, the client asks again at the cursor, as the VS Code extension does, and shows the answer.
 - With `accept`, the person presses Tab when the ghost text is exactly the rest of the line, and accept-line
   for each further line that is right (`tab_accept`), and the server is told (`specls.accept` or
   `specls/didPartiallyAccept`).
@@ -165,6 +167,8 @@ class Replay:
         self.unanswered = 0  # requests with no answer at all when the drain timed out
         self.last_stats: dict[str, Any] = {}
         self._typing_done = False
+        self._refresh: asyncio.Future[Any] | None = None  # the request made on specls/suggestionGrown
+        self.refreshes = 0
         self.stopped_early = False
 
     @property
@@ -178,6 +182,7 @@ class Replay:
 
     async def run(self) -> list[KeyEvent]:
         self.session.open(self.uri, self.text[: self.start] + self.text[self.end :], self.language_id)
+        self.session.on_grown = self._grown
         poller = asyncio.create_task(self._poll_stats()) if self.poll_stats else None
         answers: list[asyncio.Future[Any]] = []
         pending: tuple[str, asyncio.Future[Any], KeyEvent] | None = None
@@ -195,6 +200,9 @@ class Replay:
                 if pending is not None and not pending[1].done():
                     pending[2].superseded = True
                     self.session.cancel(pending[0])  # VS Code cancels the superseded request
+                if self._refresh is not None:
+                    self._refresh.cancel()  # its answer would be for the cursor before this key
+                    self._refresh = None
                 event = KeyEvent(len(self.events), self.cursor + len(key), 0.0, key, len(taken), self.ghost)
                 if taken:
                     self._tell_accepted(taken)
@@ -214,7 +222,8 @@ class Replay:
                 self.unanswered = len(left)  # every request must get an answer: the summaries count these
         finally:
             self._typing_done = True
-            for answer in answers:
+            self.session.on_grown = None
+            for answer in [*answers, *([self._refresh] if self._refresh is not None else [])]:
                 answer.cancel()
             if poller is not None:
                 await poller
@@ -224,6 +233,33 @@ class Replay:
         # the answers from it.
         self.session.close(self.uri)
         return self.events
+
+    def _grown(self, uri: str, generation_id: str) -> None:
+        """The suggestion whose part is on screen is whole now: ask again at the cursor, if nothing moved."""
+        newest = self.events[-1] if self.events else None
+        if uri != self.uri or self._typing_done or newest is None or self.ghost is None:
+            return
+        if newest.outcome != "suggestion" or (newest.suggestion_id or "").split("+")[0] != generation_id:
+            return
+        if newest.offset != self.cursor or self._refresh is not None:
+            return
+        request_id, answer = self.session.request_inline(self.uri, self.cursor)
+        self._refresh = answer
+        answer.add_done_callback(functools.partial(self._refreshed, newest))
+
+    def _refreshed(self, event: KeyEvent, answer: asyncio.Future[Any]) -> None:
+        if answer is self._refresh:
+            self._refresh = None
+        if answer.cancelled() or answer.exception() is not None or self.events[-1] is not event:
+            return
+        suggestion, suggestion_id = first_suggestion(answer.result())
+        if not suggestion or not suggestion.startswith(event.suggestion):
+            return
+        self.refreshes += 1
+        event.suggestion, event.suggestion_id = suggestion, suggestion_id
+        event.match = classify_match(suggestion, self.text[event.offset : self.end])
+        self.ghost = suggestion
+        self.view.answer(event, self.ghost, self.text)
 
     def _tell_accepted(self, taken: str) -> None:
         shown = next((e for e in reversed(self.events) if e.suggestion_id), None)

@@ -113,8 +113,9 @@ async def measure_speedup(
 
 
 # Each timed run must be answered with its generation's whole text, so that the texts compared are whole
-# and the engine statistics read after the answer are that generation's: no early first line, no part.
-WHOLE_ANSWERS = {"firstLineMs": 60_000, "partialAfterMs": 0}
+# and the engine statistics read after the answer are that generation's: no early first line, no part, and
+# no prefetch started after it.
+WHOLE_ANSWERS = {"firstLineMs": 60_000, "partialAfterMs": 0, "prefetch": False}
 FINISH_TIMEOUT_S = 120.0
 
 

@@ -32,9 +32,9 @@ def texts(result: types.InlineCompletionList | None) -> list[str]:
 
 
 # These tests are about scheduling with slow scripted generations: they wait for whole suggestions unless
-# they say otherwise (no mid-line partial answer, no first-line deadline; tests/unit/test_scheduler.py
-# covers those).
-WHOLE_ANSWERS = {"partialAfterMs": 0, "firstLineMs": 60_000}
+# they say otherwise (no mid-line partial answer, no first-line deadline, no prefetch that would add a
+# generation; tests/unit/test_scheduler.py covers those).
+WHOLE_ANSWERS = {"partialAfterMs": 0, "firstLineMs": 60_000, "prefetch": False}
 
 
 def fake_options(*rules: tuple[str, str], delay_ms: float = 0, **settings: Any) -> dict[str, Any]:

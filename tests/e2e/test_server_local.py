@@ -80,7 +80,8 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 async def _local_session(pair: tuple[Path, Path], **settings: Any) -> Session:
     target, draft = pair
     args = ("--backend", "local", "--target", str(target), "--draft", str(draft), "--device", "cpu")
-    session = await start_session(args=args, initialization_options=settings)
+    # These tests count generations: no prefetch after a finished one.
+    session = await start_session(args=args, initialization_options={"prefetch": False, **settings})
     status = await session.wait_for_state("ready", "error", timeout=120)
     assert status["state"] == "ready", status
     return session

@@ -75,3 +75,47 @@ def test_replay_through_the_real_server_with_the_fake_backend(tmp_path: Path) ->
     assert json.loads(paths[0].read_text())["summary"]["key_presses"] == summary["key_presses"]
     assert "ghost text on screen when the next key came" in paths[1].read_text()
     assert paths[2].read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.slow  # a real `specls serve` subprocess behind a pygls client
+def test_the_replay_asks_again_when_a_part_answered_mid_line_is_whole() -> None:
+    import asyncio
+    import random
+
+    from lsp_server.demo.client import ServerSession
+    from lsp_server.demo.keystrokes import Cadence
+    from lsp_server.demo.replay import Replay
+
+    text = "total = compute(values) + 1\n"
+    start = len("total = ")
+
+    async def replay() -> Replay:
+        session = ServerSession("specls-test")
+        # 100 ms a fake token: after "c" the server answers with a part at 80 ms, and says when it is whole.
+        fake = {"rules": [["total = ", "compute(values) + 1"]], "tokenDelayMs": 100}
+        await session.start(
+            ["--backend", "fake"], initialization_options={"fake": fake, "partialAfterMs": 80}
+        )
+        await session.wait_ready(30)
+        try:
+            run = Replay(
+                session,
+                text,
+                "file:///project/total.py",
+                "python",
+                Cadence(ms_per_char=2500, jitter=0),  # the second key comes long after the whole answer
+                start=start,
+                max_keystrokes=2,
+                rng=random.Random(0),
+                poll_stats=False,
+            )
+            await run.run()
+            return run
+        finally:
+            await session.stop()
+
+    run = asyncio.run(replay())
+    first, second = run.events
+    assert run.refreshes == 1
+    assert first.suggestion == "ompute(values) + 1"  # the part, grown into the whole suggestion
+    assert second.ghost_before == "ompute(values) + 1" and second.ghost_was_right

@@ -18,6 +18,7 @@ from lsp_server.documents import DocumentStore, TextChange
 from lsp_server.scheduler import Scheduler
 from lsp_server.typed_ahead import (
     complete_first_line,
+    part_typed,
     remainder_after,
     still_agrees,
     typed_since,
@@ -45,6 +46,21 @@ OTHER = "file:///work/b.py"
 )
 def test_typed_since(old: str, anchor: int, new: str, expected: str | None) -> None:
     assert typed_since(old, anchor, new) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("ab|cd", 0),  # nothing of it typed yet
+        ("abXcd", 1),
+        ("abXYcd", 2),  # all of it: accepted
+        ("abXZcd", None),  # typed something else
+        ("abXYZcd", None),  # past it
+        ("aXbcd", None),  # elsewhere
+    ],
+)
+def test_part_typed_of_an_assumed_insertion(text: str, expected: int | None) -> None:
+    assert part_typed("abXYcd", 2, "XY", text.replace("|", "")) == expected
 
 
 def test_remainder_and_agreement() -> None:
@@ -155,8 +171,8 @@ class Harness:
 
 
 # The scheduling tests wait for whole suggestions unless they say otherwise: no first-line deadline, no
-# mid-line partial answers, no warm-ups (their own tests set them).
-WHOLE_ANSWERS = {"first_line_ms": 60_000, "partial_after_ms": 0, "warm": False}
+# mid-line partial answers, no warm-ups, no prefetch (their own tests set them).
+WHOLE_ANSWERS = {"first_line_ms": 60_000, "partial_after_ms": 0, "warm": False, "prefetch": False}
 
 
 @pytest.fixture
@@ -287,6 +303,72 @@ async def test_new_settings_or_a_closed_document_drop_cached_suggestions(make_ha
     h.scheduler.document_closed(URI)
     h.open(URI, "def greet(")
     assert await h.answer(URI) == "name):" and len(h.backend.calls) == 4
+
+
+async def _until(condition, timeout_s: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(int(timeout_s / 0.01)):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the condition never held")
+
+
+# The fake model takes the first rule that matches: each line's rule before the one that leads to it.
+PREFETCH_RULES = [
+    ("    b = 2\n", "    c = 3\n"),
+    ("    a = 1\n", "    b = 2\n"),
+    ("def f():\n", "    a = 1\n"),
+]
+
+
+async def test_accepting_a_suggestion_is_answered_from_the_prefetch_made_meanwhile(make_harness) -> None:
+    h = await make_harness(PREFETCH_RULES, prefetch=True)
+    h.open(URI, "def f():\n")
+    assert await h.answer(URI) == "    a = 1\n"
+    await _until(lambda: len(h.backend.calls) == 2)  # the prefetch, as if "    a = 1\n" were accepted
+    assert h.backend.calls[1][0].prompt == "def f():\n    a = 1\n"
+    h.type(URI, "    a = 1\n")  # Tab
+    assert await h.answer(URI) == "    b = 2\n"
+    stats = h.scheduler.stats
+    assert stats.prefetches >= 1 and stats.prefetch_hits == 1
+    await _until(lambda: len(h.backend.calls) == 3)  # Tab after Tab: the next one is prefetched too
+    h.type(URI, "    b = 2\n")
+    assert await h.answer(URI) == "    c = 3\n"
+    assert stats.prefetch_hits == 2 and len(h.backend.calls) == 3
+
+
+async def test_a_request_taken_by_a_running_prefetch_waits_for_it(make_harness) -> None:
+    h = await make_harness(PREFETCH_RULES, token_delay_s=0.05, prefetch=True)
+    h.open(URI, "def f():\n")
+    assert await h.answer(URI) == "    a = 1\n"
+    await _until(lambda: h.scheduler.stats.generations == 2)  # the prefetch started
+    h.type(URI, "    a = 1\n")  # accepted while the prefetch is still generating
+    assert len(h.backend.calls) == 1
+    assert await h.answer(URI) == "    b = 2\n"
+    assert len(h.backend.calls) == 2 and h.scheduler.stats.prefetch_hits == 1
+
+
+async def test_typing_something_else_cancels_the_prefetch(make_harness) -> None:
+    rules = [*PREFETCH_RULES, ("def f():\n    x", " = 0\n")]
+    h = await make_harness(rules, token_delay_s=0.05, prefetch=True)
+    h.open(URI, "def f():\n")
+    assert await h.answer(URI) == "    a = 1\n"
+    await _until(lambda: h.scheduler.stats.generations == 2)  # the prefetch started
+    h.type(URI, "    ")  # agrees with the suggestion: the prefetch goes on
+    await asyncio.sleep(0.02)
+    assert h.scheduler.stats.cancelled_generations == 0
+    h.type(URI, "x")  # does not
+    await _until(lambda: h.scheduler.stats.cancelled_generations == 1)
+    assert await h.answer(URI) == " = 0\n"
+    assert h.scheduler.stats.prefetch_hits == 0
+
+
+async def test_prefetch_off_computes_nothing_ahead(make_harness) -> None:
+    h = await make_harness(PREFETCH_RULES, prefetch=False)
+    h.open(URI, "def f():\n")
+    await h.answer(URI)
+    await asyncio.sleep(0.1)
+    assert len(h.backend.calls) == 1 and h.scheduler.stats.prefetches == 0
 
 
 async def test_typing_that_matches_a_finished_suggestion_is_answered_without_the_model(make_harness) -> None:

@@ -28,6 +28,7 @@ export interface ServerSettings {
   firstLineMs: number;
   warm: boolean;
   warmIdleMs: number;
+  prefetch: boolean;
   maxLines: number;
   suppressInComments: boolean;
   suppressInStrings: boolean;
@@ -63,6 +64,7 @@ export const SERVER_KEYS: readonly ServerKey[] = [
   "firstLineMs",
   "warm",
   "warmIdleMs",
+  "prefetch",
   "maxLines",
   "suppressInComments",
   "suppressInStrings",
