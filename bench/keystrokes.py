@@ -251,6 +251,9 @@ def server_deltas(before: dict[str, Any], after: dict[str, Any]) -> dict[str, An
         "cancelled_generations": counted("cancelled_generations"),
         "typed_ahead_hits": counted("typed_ahead_hits"),
         "typed_ahead_hit_rate": counted("typed_ahead_hits") / requests if requests else None,
+        "cache_hits": counted("cache_hits"),
+        "prefetches": counted("prefetches"),
+        "prefetch_hits": counted("prefetch_hits"),
         "kv_prefix_reuse": delta("reused_prompt_tokens") / prompt_tokens if prompt_tokens else None,
         "prompt_tokens": prompt_tokens,
         "generated_tokens": delta("new_tokens"),
@@ -367,6 +370,8 @@ def markdown_report(result: dict[str, Any]) -> str:
         f" ({idle['count']} cancels) | p95 < 20 ms ({_met(idle['p95'], 20, False)}) |",
         f"| typed-ahead hit rate (requests served from a running or finished generation) | "
         f"{_pct(server['typed_ahead_hit_rate'])} | |",
+        f"| answered from the suggestion cache / prefetches run / answered from a prefetch | "
+        f"{server.get('cache_hits', 0)} / {server.get('prefetches', 0)} / {server.get('prefetch_hits', 0)} | |",
         f"| KV prefix reuse (prompt tokens not recomputed) | {_pct(server['kv_prefix_reuse'])} | |",
         f"| `specls serve` peak resident memory (RSS) | {_mb(server.get('peak_rss_mb'))} | |",
         f"| generations / cancelled | {server['generations']} / {server['cancelled_generations']} | |",
