@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.lines import server_settings, suggest
-from bench.metrics import markdown_table, median, write_result_files
+from bench.metrics import code_cell, markdown_table, median, model_name, percent, write_result_files
 
 DATA_DIR = Path(__file__).resolve().parent / "data" / "humaneval-infilling"
 SETS = {
@@ -226,9 +226,7 @@ def run_infill(config: InfillConfig) -> dict[str, Any]:
 
 
 def model_label(model: dict[str, Any]) -> str:
-    location = str(model["target"].get("spec") or model["target"].get("location"))
-    name = "bundled" if location == "bundled" else Path(location).name
-    return f"{name} ({model['dtype']}, {model['template']})"
+    return f"{model_name(model)} ({model['dtype']}, {model['template']})"
 
 
 def markdown_report(result: dict[str, Any]) -> str:
@@ -255,7 +253,7 @@ def markdown_report(result: dict[str, Any]) -> str:
     for model in result["models"]:
         lines.append(f"\n## {model_label(model)}: first tasks\n\n")
         sample = [
-            [o["task_id"], "pass" if o["passed"] else "fail", _code(o["suggestion"].split("\n", 1)[0])]
+            [o["task_id"], "pass" if o["passed"] else "fail", code_cell(o["suggestion"].split("\n", 1)[0])]
             for o in model["outcomes"][:8]
         ]
         lines.append(markdown_table(["task", "tests", "suggested first line"], sample))
@@ -263,12 +261,7 @@ def markdown_report(result: dict[str, Any]) -> str:
 
 
 def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
-
-
-def _code(text: str) -> str:
-    text = text.strip().replace("|", "\\|")
-    return f"`{text[:60]}`" if text else "(empty)"
+    return percent(value, decimals=1)
 
 
 def write_report(result: dict[str, Any], out: Path, tag: str) -> list[Path]:

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.metrics import markdown_table, median, write_result_files
+from bench.metrics import code_cell, markdown_table, median, model_name, percent, write_result_files
 from bench.prompts import held_out_files
 
 # Goals on a real model (issue: suggestions at line starts).
@@ -259,11 +259,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def model_name(model: dict[str, Any]) -> str:
-    location = str(model["target"].get("spec") or model["target"].get("location"))
-    return "bundled" if location == "bundled" else Path(location).name
-
-
 def markdown_report(result: dict[str, Any]) -> str:
     config = result["config"]
     header = [
@@ -285,13 +280,13 @@ def markdown_report(result: dict[str, Any]) -> str:
             [
                 f"{model_name(model)} ({model['dtype']}, {model.get('template', '?')})",
                 s["positions"],
-                _percent(s["non_empty"]),
-                _percent(s["indentation_ok"]),
-                _percent(s["marker_text"]),
-                _percent(s["exact_first_line"]),
+                percent(s["non_empty"]),
+                percent(s["indentation_ok"]),
+                percent(s["marker_text"]),
+                percent(s["exact_first_line"]),
                 s["edit_similarity"],
-                _percent(s["guard_fired"]),
-                _percent(s["healed"]),
+                percent(s["guard_fired"]),
+                percent(s["healed"]),
                 s["median_wall_s"],
             ]
         )
@@ -302,28 +297,19 @@ def markdown_report(result: dict[str, Any]) -> str:
         "indentation, the rest of the line removed, the rest of the file as the suffix; default server "
         f"settings, device {config['device']}. Command: `specls bench lines`.\n\n",
         markdown_table(header, rows),
-        f"\nGoals on a real model: non-empty >= {_percent(goals['non_empty'])}, indented right "
-        f"{_percent(goals['indentation_ok'])}, marker text {_percent(goals['marker_text'])}, exact next line "
-        f">= {_percent(goals['exact_first_line'])}. Indentation is scored over the non-empty suggestions; "
+        f"\nGoals on a real model: non-empty >= {percent(goals['non_empty'])}, indented right "
+        f"{percent(goals['indentation_ok'])}, marker text {percent(goals['marker_text'])}, exact next line "
+        f">= {percent(goals['exact_first_line'])}. Indentation is scored over the non-empty suggestions; "
         "edit similarity is difflib's ratio of the first suggested line and the true line.\n",
     ]
     for model in result["models"]:
         lines.append(f"\n## {model_name(model)}: first positions\n\n")
         sample = [
-            [o["position"], _code(o["removed"]), _code(o["suggestion"].split("\n", 1)[0])]
+            [o["position"], code_cell(o["removed"]), code_cell(o["suggestion"].split("\n", 1)[0])]
             for o in model["outcomes"][:12]
         ]
         lines.append(markdown_table(["position", "true line", "suggested first line"], sample))
     return "".join(lines)
-
-
-def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.0f}%"
-
-
-def _code(text: str) -> str:
-    text = text.strip().replace("|", "\\|")
-    return f"`{text[:60]}`" if text else "(empty)"
 
 
 def plot(result: dict[str, Any], path: Path) -> None:

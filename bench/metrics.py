@@ -82,6 +82,23 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> s
     return "\n".join(lines) + "\n"
 
 
+def percent(value: float | None, decimals: int = 0) -> str:
+    """A share as a percentage for a report ("-" when unknown)."""
+    return "-" if value is None else f"{100 * value:.{decimals}f}%"
+
+
+def code_cell(text: str, width: int = 60) -> str:
+    """A snippet of code as a markdown table cell: stripped, pipes escaped, cut to `width`."""
+    text = text.strip().replace("|", "\\|")
+    return f"`{text[:width]}`" if text else "(empty)"
+
+
+def model_name(model: dict[str, Any]) -> str:
+    """A scored model's short name: "bundled", or its folder's name."""
+    location = str(model["target"].get("spec") or model["target"].get("location"))
+    return "bundled" if location == "bundled" else Path(location).name
+
+
 def write_result_files(
     stem: Path,
     result: dict[str, Any],

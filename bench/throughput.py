@@ -614,7 +614,7 @@ def markdown_report(result: dict[str, Any]) -> str:
         lines.append(
             f"\nIn {env['dtype']} a verify over k + 1 positions and a one-token step round differently, so a "
             "speculative output may part from the plain one where the plain run's top-2 logits nearly tie "
-            "(the README's Precision section; `python -m bench.decode_speed` reports the margin at each "
+            "(docs/precision.md; `python -m bench.decode_speed` reports the margin at each "
             "divergence, `tests/engine/test_precision.py` checks it). In fp32 every output must match.\n"
         )
     if result.get("skipped"):

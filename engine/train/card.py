@@ -142,7 +142,7 @@ Machine: {m["machine"]}; training {"in bf16 autocast" if m.get("bf16_autocast") 
 
 ## Limits
 This pair was trained for minutes on two CPU cores: it completes Python idioms, indentation and repeated
-structure, not intent. Point specls at a real checkpoint pair for real work (see the README).
+structure, not intent. Point specls at a real checkpoint pair for real work (see docs/models.md).
 """
     path = out_dir / "MODEL_CARD.md"
     path.write_text(card)

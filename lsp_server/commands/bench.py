@@ -222,22 +222,16 @@ def _scored_models(args: argparse.Namespace) -> list[tuple[str | None, str | Non
 def _infill(args: argparse.Namespace) -> int:
     from bench.infill import InfillConfig, run_infill, write_report
 
-    models = _scored_models(args)
-    if models is None:
+    scoring = _scoring(args)
+    if scoring is None:
         return 2
     config = InfillConfig(
-        models=tuple(models),
         task_set=args.task_set,
         tasks=args.tasks,
         prompt_shapes=tuple(args.prompt_shapes or ["auto"]),
-        device=args.device,
-        dtype=args.dtype,
-        threads=args.threads,
-        out=args.out,
-        tag=_results_tag(args),
+        **scoring,
     )
-    result = run_infill(config)
-    for path in write_report(result, config.out, config.tag):
+    for path in write_report(run_infill(config), config.out, config.tag):
         print(path)
     return 0
 
@@ -249,26 +243,36 @@ def _lines(args: argparse.Namespace) -> int:
     if missing:
         print(f"specls bench: no such folder: {', '.join(missing)}", file=sys.stderr)
         return 2
-    models = _scored_models(args)
-    if models is None:
+    scoring = _scoring(args)
+    if scoring is None:
         return 2
     config = LinesConfig(
-        models=tuple(models),
         positions=args.positions,
         per_file=args.per_file,
         folders=tuple(args.folders),
-        device=args.device,
-        dtype=args.dtype,
-        threads=args.threads,
-        out=args.out,
-        tag=_results_tag(args),
         prompt_shape=(args.prompt_shapes or ["auto"])[0],
         stdlib=not args.no_stdlib,
+        **scoring,
     )
-    result = run_lines(config)
-    for path in write_report(result, config.out, config.tag):
+    for path in write_report(run_lines(config), config.out, config.tag):
         print(path)
     return 0
+
+
+def _scoring(args: argparse.Namespace) -> dict[str, Any] | None:
+    """What both scoring benchmarks (infill, lines) take from the command line; None when a model named
+    is missing (already reported)."""
+    models = _scored_models(args)
+    if models is None:
+        return None
+    return {
+        "models": tuple(models),
+        "device": args.device,
+        "dtype": args.dtype,
+        "threads": args.threads,
+        "out": args.out,
+        "tag": _results_tag(args),
+    }
 
 
 def _results_tag(args: argparse.Namespace) -> str:
