@@ -121,8 +121,8 @@ class MethodRunner:
         self.eos_ids = engine.eos_ids
         models = [model for model in (self.pair.target, self.pair.draft) if model is not None]
         if not config.stop_at_eos:
-            # Every method generates exactly max_new_tokens tokens: same work, comparable outputs.
-            engine.eos_ids = frozenset()
+            # Every method generates exactly max_new_tokens tokens: same work, comparable outputs (the
+            # engine is asked per request, transformers through the models' generation config).
             for model in models:
                 model.generation_config.eos_token_id = None
         else:
@@ -174,6 +174,7 @@ class MethodRunner:
             drafter=drafter,
             lookup_context=ctx.lookup_snippets,
             suffix=ctx.suffix,
+            ignore_end_of_text=not self.config.stop_at_eos,
             **policy_fields(self.config.draft_policy),
         )
         result = self.engine.complete(request)

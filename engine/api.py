@@ -107,6 +107,8 @@ class CompletionRequest:
     drafter: str = "hybrid"  # "model" | "lookup" | "suffix" | "stale" | "hybrid" | "none"
     stop_check: StopCheck | None = None
     draft_policy: DraftLengthPolicy | None = None  # overrides the engine's own (benchmarks, tests)
+    # Benchmarks: generate max_new_tokens whatever the model says, so every method does the same work.
+    ignore_end_of_text: bool = False
     # Token healing: text the completion must begin with, already typed and left out of the prompt's end
     # (the word fragment before the cursor). It is generated under a constraint and left out of the result.
     forced_prefix: str = ""

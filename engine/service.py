@@ -235,7 +235,9 @@ class LocalEngine:
         if request.drafter not in DRAFTERS:
             raise ValueError(f"unknown drafter {request.drafter!r}; expected one of {', '.join(DRAFTERS)}")
         prompt_ids = self.encode(request.prompt)
-        settings = DecodeSettings.from_request(request, self.eos_ids)
+        settings = DecodeSettings.from_request(
+            request, frozenset() if request.ignore_end_of_text else self.eos_ids
+        )
         forced = None
         if request.forced_prefix:
             forced = ForcedPrefix(request.forced_prefix, self.encode, self.token_texts)

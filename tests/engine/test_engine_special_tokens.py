@@ -77,3 +77,24 @@ def test_marker_texts_cover_every_family_and_the_tokenizer_s_own() -> None:
     assert set(CHAT_MARKERS) <= set(texts)
     assert "<|custom_marker|>" in texts and " " not in texts  # a blank "special token" is no marker
     assert PREFIX_ONLY.prefix_token not in texts  # the prefix-only template has no tokens at all
+
+
+def test_a_benchmark_can_ask_for_every_token_past_the_end_of_text() -> None:
+    # `ignore_end_of_text` (bench throughput without natural stops): the same work for every method, and
+    # still the plain greedy tokens, in the plain and the speculative loop.
+    torch.set_num_threads(1)
+    tokenizer = tokenizer_with(["<|endoftext|>"])
+    end = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    target = model_that_emits(tokenizer, [end])
+    source = ModelSource(spec="test", location="in-memory", is_local=True)
+    engine = LocalEngine(
+        pair=ModelPair(target, target, tokenizer, torch.device("cpu"), torch.float32, source, source)
+    )
+    raw = hf_greedy(target, tokenizer.encode(PROMPT), NEW_TOKENS)
+    assert end in raw  # left to itself, the model ends early
+    for drafter in ("none", "hybrid"):
+        request = CompletionRequest(
+            PROMPT, max_new_tokens=NEW_TOKENS, drafter=drafter, ignore_end_of_text=True
+        )
+        result = engine.complete(request)
+        assert result.token_ids == raw and result.finish_reason == "length", drafter
