@@ -42,7 +42,7 @@ import tree_sitter, tree_sitter_python, transformers  # noqa: E401,F401 - fail e
 print("transformers", transformers.__version__)
 EOF
 
-timeout "${TIME_LIMIT_S:-540}" "$PYTHON" -m lsp_server.cli bench throughput \
+timeout "${TIME_LIMIT_S:-540}" "$PYTHON" -m lsp_server.app.cli bench throughput \
     --device cuda --dtype bf16 --tag cuda \
     --target "${TARGET:-qwen2.5-coder-1.5b}" --draft "${DRAFT:-qwen2.5-coder-0.5b}" \
     --prompts "${PROMPTS:-16}" --max-new-tokens "${MAX_NEW_TOKENS:-128}" --repeats "${REPEATS:-2}" --quiet \

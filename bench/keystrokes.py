@@ -1,6 +1,6 @@
 """`specls bench keystrokes`: what a person typing real files gets from `specls serve`.
 
-The client is the demo's replay (`lsp_server.demo.replay.Replay`), which drives the server over stdio the way
+The client is the demo's replay (`lsp_server.app.demo.replay.Replay`), which drives the server over stdio the way
 VS Code does: a `didChange` and an inline-completion request per key press, the previous request cancelled,
 ghost text kept while the typing agrees with it, Tab when the ghost text is exactly the rest of the line and
 accept-line for each further right line. For each file a region of `--chars` characters is cut out (by
@@ -65,7 +65,7 @@ class Region:
 
 
 def cadence_of(config: KeystrokeConfig) -> Any:
-    from lsp_server.demo.keystrokes import Cadence
+    from lsp_server.app.demo.keystrokes import Cadence
 
     return Cadence(
         config.pace_ms, jitter=0.0, line_pause=config.line_pause_ms / config.pace_ms, symbol_pause=0.0
@@ -138,9 +138,9 @@ def probe_files(config: KeystrokeConfig, skip: int) -> list[tuple[str, str, int]
 async def run_keystrokes_async(config: KeystrokeConfig, progress: bool = True) -> dict[str, Any]:
     from tqdm import tqdm
 
-    from lsp_server.demo.client import ServerSession
-    from lsp_server.demo.measures import OpenProbe, Typed, probe_after_open
-    from lsp_server.demo.replay import KeyEvent, Replay
+    from lsp_server.app.demo.client import ServerSession
+    from lsp_server.app.demo.measures import OpenProbe, Typed, probe_after_open
+    from lsp_server.app.demo.replay import KeyEvent, Replay
 
     regions = default_regions(config)
     if not regions:
@@ -186,7 +186,7 @@ async def run_keystrokes_async(config: KeystrokeConfig, progress: bool = True) -
         after = await session.stats()
     finally:
         await session.stop()
-    from lsp_server.demo.measures import probe_measures, user_measures
+    from lsp_server.app.demo.measures import probe_measures, user_measures
 
     summary = user_measures([Typed(events, region.end - region.start) for region, events in typed])
     summary["open_to_first_suggestion_ms"] = probe_measures(opened)

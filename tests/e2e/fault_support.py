@@ -24,7 +24,7 @@ CAPS: dict[str, Any] = {
 
 
 def serve_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "lsp_server.cli", "serve", *args]
+    return [sys.executable, "-m", "lsp_server.app.cli", "serve", *args]
 
 
 def server_env(**extra: str) -> dict[str, str]:

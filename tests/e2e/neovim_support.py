@@ -57,7 +57,7 @@ def run_driver(
     source.write_text(file_text, encoding="utf-8")
     result_path = tmp_path / "result.json"
     log_file = tmp_path / "server.log"
-    server_cmd = [sys.executable, "-m", "lsp_server.cli", "serve", "--log-file", str(log_file)]
+    server_cmd = [sys.executable, "-m", "lsp_server.app.cli", "serve", "--log-file", str(log_file)]
     proc = subprocess.run(
         [str(nvim), "--headless", "-u", "NONE", "-i", "NONE", "-n", "-c", f"luafile {driver}"],
         cwd=cwd,

@@ -12,13 +12,13 @@ from typing import Any
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-from lsp_server.demo.client import to_plain
+from lsp_server.app.demo.client import to_plain
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def serve_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "lsp_server.cli", "serve", *args]
+    return [sys.executable, "-m", "lsp_server.app.cli", "serve", *args]
 
 
 class Session:

@@ -28,7 +28,7 @@ SHORT_FILE = "def area(width, height):\n    return width * height\n\n\nprint(are
 def _specls(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     return subprocess.run(
-        [sys.executable, "-m", "lsp_server.cli", *args],
+        [sys.executable, "-m", "lsp_server.app.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -200,7 +200,7 @@ def test_demo_accepts_matching_ghost_text(tmp_path: Path) -> None:
 def test_ctrl_c_stops_the_typing_and_still_prints_the_summary(tmp_path: Path) -> None:
     summary_path = tmp_path / "summary.json"
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    command = [sys.executable, "-m", "lsp_server.cli", "demo", "--backend", "fake", "--speed", "20"]
+    command = [sys.executable, "-m", "lsp_server.app.cli", "demo", "--backend", "fake", "--speed", "20"]
     process = subprocess.Popen(
         [*command, "--summary-json", str(summary_path)],
         stdout=subprocess.PIPE,

@@ -164,7 +164,7 @@ def test_terminal_screenshot_of_ghost_text(tmp_path: Path) -> None:
     env = {
         "SPECLS_E2E_SETUP": str(SETUP),
         "SPECLS_PLUGIN_DIR": str(PLUGIN),
-        "SPECLS_E2E_CMD": json.dumps([sys.executable, "-m", "lsp_server.cli", "serve"]),
+        "SPECLS_E2E_CMD": json.dumps([sys.executable, "-m", "lsp_server.app.cli", "serve"]),
         "SPECLS_E2E_SETTINGS": json.dumps({"backend": "local", "device": "cpu"}),
         "SPECLS_E2E_FILE": "add.py",
         "SPECLS_E2E_LINE": "1",

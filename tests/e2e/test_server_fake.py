@@ -586,7 +586,7 @@ async def test_tcp_transport_binds_localhost(tmp_path: Path) -> None:
 
 
 def test_serve_defaults_to_localhost() -> None:
-    from lsp_server.cli import build_parser
+    from lsp_server.app.cli import build_parser
 
     args = build_parser().parse_args(["serve", "--tcp"])
     assert args.host == "127.0.0.1" and args.tcp

@@ -44,7 +44,7 @@ def smoke_client() -> Path:
 
 def run_session(smoke: Path, text: str, init_options: dict[str, Any]) -> tuple[int, dict[str, Any], str]:
     assert NODE is not None
-    server = [sys.executable, "-m", "lsp_server.cli", "serve"]
+    server = [sys.executable, "-m", "lsp_server.app.cli", "serve"]
     proc = subprocess.run(
         [NODE, str(smoke), "--text", text, "--init-options", json.dumps(init_options), "--", *server],
         cwd=REPO,

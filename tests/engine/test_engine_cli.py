@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from engine_core_support import save_pair, tiny_llama, tokenizer
 
-from lsp_server.cli import main
+from lsp_server.app.cli import main
 
 
 @pytest.fixture(scope="module")

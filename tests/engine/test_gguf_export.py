@@ -142,7 +142,7 @@ def test_tokenizers_llama_cpp_cannot_reproduce_are_refused(tiny_model: Path) -> 
 
 
 def test_export_command_reports_a_missing_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from lsp_server.cli import main
+    from lsp_server.app.cli import main
 
     assert (
         main(["export", "gguf", "--out", str(tmp_path / "out"), "--target", str(tmp_path), "--no-draft"]) == 2

@@ -201,7 +201,7 @@ def test_evaluation_and_card(distilled: distill.DistillResult, corpus: Path, tmp
 def test_cli_distils_for_a_teacher_folder_and_rejects_misused_options(
     teacher_dir: Path, corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from lsp_server.cli import main
+    from lsp_server.app.cli import main
 
     out = tmp_path / "draft"
     common = ["train", "--tiny", "--no-stdlib", f"--add-corpus={corpus}", "--threads", "1"]
@@ -217,7 +217,7 @@ def test_cli_distils_for_a_teacher_folder_and_rejects_misused_options(
 def test_reproduce_command_names_the_teacher_and_its_overrides() -> None:
     import argparse
 
-    from lsp_server.commands.train import add_arguments, reproduce_command
+    from lsp_server.app.commands.train import add_arguments, reproduce_command
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

@@ -120,7 +120,7 @@ def test_draft_length_smoke(tiny_pair: tuple[Path, Path], tmp_path: Path) -> Non
 
 
 def test_cli_rejects_unknown_methods_and_bad_policies(capsys: pytest.CaptureFixture[str]) -> None:
-    from lsp_server.cli import build_parser, main
+    from lsp_server.app.cli import build_parser, main
 
     assert main(["bench", "throughput", "--methods", "autoregressive,warp-drive", "--target", "x"]) == 2
     assert "warp-drive" in capsys.readouterr().err
@@ -129,7 +129,7 @@ def test_cli_rejects_unknown_methods_and_bad_policies(capsys: pytest.CaptureFixt
 
 
 def test_cli_reports_a_missing_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from lsp_server.cli import main
+    from lsp_server.app.cli import main
 
     missing = str(tmp_path / "none")
     assert main(["bench", "throughput", "--target", missing, "--draft", missing, "--out", str(tmp_path)]) == 1

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from engine.sequences import common_prefix_length
-from lsp_server.demo.keystrokes import (
+from lsp_server.app.demo.keystrokes import (
     Cadence,
     after_key,
     classify_match,
@@ -17,11 +17,11 @@ from lsp_server.demo.keystrokes import (
     tab_accept,
     tokens_per_target_forward,
 )
-from lsp_server.demo.measures import OpenProbe, Typed, probe_measures, user_measures
-from lsp_server.demo.replay import KeyEvent, LiveStats, visible_ghost
-from lsp_server.demo.speedup import DecodeSample, Speedup, pick_offsets
-from lsp_server.demo.summary import build_summary, format_summary
-from lsp_server.demo.view import LineView, one_line
+from lsp_server.app.demo.measures import OpenProbe, Typed, probe_measures, user_measures
+from lsp_server.app.demo.replay import KeyEvent, LiveStats, visible_ghost
+from lsp_server.app.demo.speedup import DecodeSample, Speedup, pick_offsets
+from lsp_server.app.demo.summary import build_summary, format_summary
+from lsp_server.app.demo.view import LineView, one_line
 
 
 @pytest.mark.parametrize(
@@ -257,7 +257,7 @@ def _screen(stream: str, rows: int = 12) -> list[str]:
 def test_live_view_redraws_the_line_ghost_and_status_in_place() -> None:
     import io
 
-    from lsp_server.demo.view import LiveView
+    from lsp_server.app.demo.view import LiveView
 
     out = io.StringIO()
     view = LiveView(out)

@@ -9,7 +9,7 @@ import pytest
 
 from engine.catalog import DEFAULT_MODEL as DEMO_MODEL
 from engine.catalog import PULL_RECORD, model_dir
-from lsp_server.commands.demo import add_arguments, demo_target
+from lsp_server.app.commands.demo import add_arguments, demo_target
 
 
 def _args(*argv: str) -> argparse.Namespace:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lsp_server.commands import doctor
+from lsp_server.app.commands import doctor
 
 
 def _args(**overrides: object) -> argparse.Namespace:

@@ -9,7 +9,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from lsp_server.commands import bench
+from lsp_server.app.commands import bench
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "gpu.sh"
 
@@ -20,7 +20,7 @@ def test_the_script_is_valid_bash() -> None:
 
 def test_its_benchmark_flags_parse_and_name_the_real_pair_in_bf16_on_cuda() -> None:
     text = SCRIPT.read_text()
-    call = re.search(r'lsp_server\.cli bench throughput \\\n(.*?)\n\s*"\$@"', text, re.S)
+    call = re.search(r'lsp_server\.app\.cli bench throughput \\\n(.*?)\n\s*"\$@"', text, re.S)
     assert call is not None, "the benchmark call moved; update this test"
     words = shlex.split(call.group(1).replace("\\\n", " ").replace("\\", " "))
     # Shell defaults as the script would expand them with nothing set.

@@ -334,7 +334,9 @@ async def test_accepting_a_suggestion_is_answered_from_the_prefetch_made_meanwhi
     await _until(lambda: len(h.backend.calls) == 3)  # Tab after Tab: the next one is prefetched too
     h.type(URI, "    b = 2\n")
     assert await h.answer(URI) == "    c = 3\n"
-    assert stats.prefetch_hits == 2 and len(h.backend.calls) == 3
+    assert stats.prefetch_hits == 2
+    prompts = [request.prompt for request, _ in h.backend.calls]
+    assert len(prompts) == len(set(prompts))  # no request made the model redo a prefetch's work
 
 
 async def test_a_request_taken_by_a_running_prefetch_waits_for_it(make_harness) -> None:

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from lsp_server.commands import serve
+from lsp_server.app.commands import serve
 from lsp_server.config import ServerSettings, apply_settings, settings_section
 
 

@@ -1,6 +1,7 @@
-"""The two seams of the layout: `lsp_server` knows LSP and text and never imports torch (the local engine is
+"""The seams of the layout: `lsp_server` knows LSP and text and never imports torch (the local engine is
 imported lazily, only when a command or the local backend needs it); `engine` knows tokens and tensors and
-never imports pygls, lsprotocol or the server.
+never imports pygls, lsprotocol or the server; and the server proper (`lsp_server/` outside `app/`) never
+imports the application around it (`lsp_server.app`: the command line, its commands, the demo) or `bench`.
 
 Checked twice: statically, over every import statement in `engine/`, and by importing every module of each
 package in a fresh interpreter and looking at what ended up in `sys.modules`.
@@ -41,6 +42,21 @@ def imported_roots(path: Path) -> set[str]:
     return roots
 
 
+def imported_modules(path: Path) -> set[str]:
+    """The full dotted name of every absolute import in a file, at any depth."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def _is_app(module: str) -> bool:
+    return any(module == root or module.startswith(root + ".") for root in ("lsp_server.app", "bench"))
+
+
 def import_everything(package: str) -> tuple[list[str], set[str]]:
     """(modules of `package`, top-level packages loaded) after importing all of it in a new interpreter."""
     done = subprocess.run(
@@ -63,6 +79,20 @@ def test_no_engine_file_imports_the_lsp_side() -> None:
         if "bundled" not in path.parts
     }
     assert {path: roots for path, roots in offenders.items() if roots} == {}
+
+
+def test_the_server_proper_imports_neither_the_app_nor_bench() -> None:
+    server = ROOT / "lsp_server"
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(filter(_is_app, imported_modules(path)))
+        for path in sorted(server.rglob("*.py"))
+        if path.relative_to(server).parts[0] != "app"
+    }
+    assert len(offenders) > 30  # the whole server was read
+    assert {path: names for path, names in offenders.items() if names} == {}
+    assert (
+        _is_app("lsp_server.app.cli") and _is_app("bench.metrics") and not _is_app("lsp_server.application")
+    )
 
 
 def test_the_static_check_sees_lazy_imports(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from lsp_server.commands.doctor_environment import Check
+from lsp_server.app.commands.doctor_environment import Check
 
 PROBE_PREFIX = "def greet(name):\n    message = "
 
@@ -45,7 +45,7 @@ def check_server(
 
 
 def _short(text: str, width: int = 40) -> str:
-    from lsp_server.demo.view import one_line
+    from lsp_server.app.demo.view import one_line
 
     return one_line(text, width)
 
@@ -59,7 +59,7 @@ class _Probe:
 
 
 async def _probe_server(server_args: list[str], timeout_s: float) -> _Probe:
-    from lsp_server.demo.client import ServerSession
+    from lsp_server.app.demo.client import ServerSession
 
     session = ServerSession()
     started = time.monotonic()

@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from lsp_server.demo.client import ServerSession, first_suggestion
-from lsp_server.demo.keystrokes import (
+from lsp_server.app.demo.client import ServerSession, first_suggestion
+from lsp_server.app.demo.keystrokes import (
     Cadence,
     MatchKind,
     after_key,

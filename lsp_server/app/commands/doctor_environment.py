@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 Status = Literal["ok", "warn", "fail", "skip"]
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
 # The versions this release is tested with, when no installed metadata or pyproject.toml says otherwise.
 PINNED = {
     "torch": "==2.13.0",

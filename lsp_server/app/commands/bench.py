@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lsp_server.commands.model_args import add_model_arguments
+from lsp_server.app.commands.model_args import add_model_arguments
 
 
 def _model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -287,7 +287,7 @@ def _find_bench() -> bool:
 
     if importlib.util.find_spec("bench") is not None:
         return True
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     if (root / "bench" / "__init__.py").is_file():
         sys.path.insert(0, str(root))
         return True

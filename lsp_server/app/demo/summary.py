@@ -6,10 +6,10 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from lsp_server.demo.keystrokes import ratio
-from lsp_server.demo.measures import Typed, user_measures
-from lsp_server.demo.replay import KeyEvent, LiveStats
-from lsp_server.demo.speedup import Speedup
+from lsp_server.app.demo.keystrokes import ratio
+from lsp_server.app.demo.measures import Typed, user_measures
+from lsp_server.app.demo.replay import KeyEvent, LiveStats
+from lsp_server.app.demo.speedup import Speedup
 from lsp_server.statistics import percentile
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lsp_server.commands.doctor_environment import Check
+from lsp_server.app.commands.doctor_environment import Check
 
 
 def check_model_pair(target: str | None, draft: str | None) -> list[Check]:

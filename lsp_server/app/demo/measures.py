@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lsp_server.demo.client import ServerSession, first_suggestion
-from lsp_server.demo.keystrokes import ratio
-from lsp_server.demo.replay import KeyEvent
+from lsp_server.app.demo.client import ServerSession, first_suggestion
+from lsp_server.app.demo.keystrokes import ratio
+from lsp_server.app.demo.replay import KeyEvent
 from lsp_server.statistics import percentile
 
 

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from lsp_server.commands.model_args import add_model_arguments
+from lsp_server.app.commands.model_args import add_model_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

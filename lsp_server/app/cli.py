@@ -1,4 +1,4 @@
-"""`specls` command line. Each subcommand lives in `lsp_server/commands/<name>.py` and exposes
+"""`specls` command line. Each subcommand lives in `lsp_server/app/commands/<name>.py` and exposes
 `add_arguments(parser)` and `run(args) -> int`; heavy imports (torch) happen inside `run`."""
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, help_text in SUBCOMMANDS.items():
         try:
-            module = importlib.import_module(f"lsp_server.commands.{name}")
+            module = importlib.import_module(f"lsp_server.app.commands.{name}")
         except ModuleNotFoundError as exc:
-            if exc.name != f"lsp_server.commands.{name}":
+            if exc.name != f"lsp_server.app.commands.{name}":
                 raise
             continue
         sub_parser = sub.add_parser(name, help=help_text, description=help_text)

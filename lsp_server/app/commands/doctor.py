@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from lsp_server.commands.doctor_environment import (
+from lsp_server.app.commands.doctor_environment import (
     INSTALL_FIX,
     Check,
     check_grammars,
@@ -23,9 +23,9 @@ from lsp_server.commands.doctor_environment import (
     check_versions,
     pinned_requirements,
 )
-from lsp_server.commands.doctor_models import check_dtype, check_model_pair, check_runtime
-from lsp_server.commands.doctor_server import check_server
-from lsp_server.commands.model_args import add_model_arguments
+from lsp_server.app.commands.doctor_models import check_dtype, check_model_pair, check_runtime
+from lsp_server.app.commands.doctor_server import check_server
+from lsp_server.app.commands.model_args import add_model_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from engine.api import QUANTIZATIONS, RUNTIMES
-from lsp_server.commands.model_args import add_model_arguments
+from lsp_server.app.commands.model_args import add_model_arguments
 from lsp_server.config import BACKENDS
 from lsp_server.secrets import RedactingFormatter
 

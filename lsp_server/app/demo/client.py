@@ -22,10 +22,10 @@ from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
 from lsp_server import __version__
-from lsp_server.demo.keystrokes import position_of
+from lsp_server.app.demo.keystrokes import position_of
 from lsp_server.protocol import GROWN_NOTIFICATION, REFRESH_CAPABILITY
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
 
 
 class ServerError(RuntimeError):
@@ -54,7 +54,7 @@ def first_suggestion(result: Any) -> tuple[str, str | None]:
 
 
 def serve_command(server_args: Sequence[str]) -> list[str]:
-    return [sys.executable, "-m", "lsp_server.cli", "serve", *server_args]
+    return [sys.executable, "-m", "lsp_server.app.cli", "serve", *server_args]
 
 
 class ServerSession:
