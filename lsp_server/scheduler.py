@@ -57,6 +57,10 @@ from lsp_server.typed_ahead import (
 )
 
 BackendState = Literal["idle", "loading", "ready", "error"]
+# A prefetch's prompt is built from the document with its suggestion inserted, which the syntax tree must
+# re-parse; in a file this big that takes seconds the next keystroke would wait for (measured: 2.8 s for
+# the key after a completion on a 2 MB line, tests/e2e/test_faults_inputs.py).
+PREFETCH_MAX_CHARS = 200_000
 
 
 @dataclass
@@ -340,6 +344,8 @@ class Scheduler:
     def _prefetch(self, uri: str, doc_text: str, anchor: int, suggestion: str) -> None:
         """With `suggestion` shown at `anchor` and the engine idle, compute the next one as if it were taken."""
         if not self.settings.prefetch or not suggestion or self.state != "ready" or self._worker.busy:
+            return
+        if len(doc_text) > PREFETCH_MAX_CHARS:
             return
         running = self._prefetches.get(uri)
         if running is not None and not running.done:

@@ -44,7 +44,7 @@ def fake_options(*rules: tuple[str, str], delay_ms: float = 0, **settings: Any) 
 
 async def test_capabilities_progress_and_a_first_suggestion() -> None:
     session = await start_session(
-        initialization_options={"fake": {"rules": [list(GREET)], "loadDelayMs": 300}},
+        initialization_options={"fake": {"rules": [list(GREET)], "loadDelayMs": 300}, "prefetch": False},
         wait_ready=False,
     )
     try:

@@ -15,7 +15,7 @@ from lsp_server.backends.fake import FakeBackend, continuation_for, split_tokens
 from lsp_server.config import FakeSettings, ServerSettings
 from lsp_server.context import build_completion_context, finalize_completion
 from lsp_server.documents import DocumentStore, TextChange
-from lsp_server.scheduler import Scheduler
+from lsp_server.scheduler import PREFETCH_MAX_CHARS, Scheduler
 from lsp_server.typed_ahead import (
     complete_first_line,
     part_typed,
@@ -363,6 +363,15 @@ async def test_typing_something_else_cancels_the_prefetch(make_harness) -> None:
     await _until(lambda: h.scheduler.stats.cancelled_generations == 1)
     assert await h.answer(URI) == " = 0\n"
     assert h.scheduler.stats.prefetch_hits == 0
+
+
+async def test_no_prefetch_in_a_file_too_big_to_re_parse_at_once(make_harness) -> None:
+    big = "x = 1\n" * (PREFETCH_MAX_CHARS // 6 + 1) + "def f():\n"
+    h = await make_harness(PREFETCH_RULES, prefetch=True)
+    h.open(URI, big)
+    assert await h.answer(URI) == "    a = 1\n"
+    await asyncio.sleep(0.1)
+    assert len(h.backend.calls) == 1 and h.scheduler.stats.prefetches == 0
 
 
 async def test_prefetch_off_computes_nothing_ahead(make_harness) -> None:
