@@ -34,6 +34,7 @@ describe("settings -> initializationOptions", () => {
       firstLineMs: 100,
       warm: true,
       warmIdleMs: 300,
+      prefetch: true,
       maxLines: 8,
       suppressInComments: false,
       suppressInStrings: true,
