@@ -32,7 +32,6 @@ from lsp_server.context import CompletionContext, ContextSettings
 from lsp_server.context.request import engine_request, without_lone_surrogates
 from lsp_server.documents import DocumentStore, OutOfSyncError, UnknownDocumentError
 from lsp_server.jobs import FairQueue, Generation, is_current
-from lsp_server.typed_ahead import part_typed
 
 logger = logging.getLogger(__name__)
 
@@ -283,17 +282,17 @@ class EngineWorker:
         if not generation.assumed_accepted:
             current = is_current(self._store, generation.uri, generation.version)
             return self._store.snapshot() if current else None
-        inserted = generation.assumed_accepted
-        start = generation.anchor - len(inserted)
         try:
             document = self._store.servable(generation.uri)
         except (UnknownDocumentError, OutOfSyncError):
             return None
-        typed = part_typed(generation.doc_text, start, inserted, document.text)
+        typed = generation.assumed_part_typed(document.text)
         if typed is None:
             return None
         snapshot = self._store.snapshot()
+        inserted = generation.assumed_accepted
         if typed < len(inserted):
+            start = generation.anchor - len(inserted)
             snapshot.assume_inserted(generation.uri, start + typed, inserted[typed:])
         return snapshot
 

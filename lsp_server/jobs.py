@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from engine.api import CancelToken
 from lsp_server.documents import DocumentStore, UnknownDocumentError
+from lsp_server.typed_ahead import part_typed
 
 
 @dataclass
@@ -43,6 +44,23 @@ class Generation:
     assumed_accepted: str = ""
     answered_short: bool = False  # a request got only its first line or a mid-line part, before it finished
     waiters: list[Waiter] = field(default_factory=list)
+
+    def assumed_part_typed(self, text: str) -> int | None:
+        """For a prefetch: how much of its assumed suggestion the client's document `text` holds by now
+        (typed or accepted), or None when the document went elsewhere."""
+        inserted = self.assumed_accepted
+        return part_typed(self.doc_text, self.anchor - len(inserted), inserted, text)
+
+
+def suggestion_id(generation_id: int, typed_since: str | None = None) -> str:
+    """The id a client gets with a suggestion (the argument of its `specls.accept` command): the generation,
+    and for one served to typing ahead, how many characters were typed since it was asked."""
+    return str(generation_id) if typed_since is None else f"{generation_id}+{len(typed_since)}"
+
+
+def generation_of(suggestion_id: str) -> str:
+    """The generation a suggestion id names (as `specls/suggestionGrown` gives it)."""
+    return suggestion_id.split("+", 1)[0]
 
 
 class FairQueue:

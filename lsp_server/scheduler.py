@@ -14,11 +14,11 @@ Policy.
   it.
 - Finished suggestions are cached by the text around their cursor (`suggestion_cache.py`): backspace, undo
   or coming back to a spot shows one again, and typing that matches its start is answered at once with the
-  remainder, without a model call.
+  remainder, without a model call. On divergence a new generation starts and gets the old suggestion as
+  `previous_completion`, so the stale drafter can re-verify it in one pass.
 - Prefetch: when a suggestion is finished and the engine is idle, the next one is computed as if it were
   accepted (a `Generation` with `assumed_accepted`). Accepting it, or typing it out, is answered from that
-  prefetch; any other edit, or a real request, cancels it. On divergence a new generation starts and gets the old suggestion as
-  `previous_completion`, so the stale drafter can re-verify it in one pass.
+  prefetch; any other edit, or a real request, cancels it.
 - Every request gets an answer: a suggestion, an empty one, or (after `$/cancelRequest`, done by pygls when
   the awaiting task is cancelled) error -32800.
 - While the user is idle the engine warms its KV cache with the prompt the next request will need: when a
@@ -45,12 +45,11 @@ from lsp_server.config import ServerSettings
 from lsp_server.context import build_completion_context, finalize_completion
 from lsp_server.documents import DocumentStore, PositionError, UnknownDocumentError
 from lsp_server.engine_worker import ContextBuilder, EngineWorker, Finalizer, WarmJob
-from lsp_server.jobs import Generation, Waiter, is_current
+from lsp_server.jobs import Generation, Waiter, is_current, suggestion_id
 from lsp_server.statistics import Statistics
 from lsp_server.suggestion_cache import SuggestionCache
 from lsp_server.typed_ahead import (
     complete_first_line,
-    part_typed,
     remainder_after,
     still_agrees,
     typed_since,
@@ -103,9 +102,8 @@ class Scheduler:
         self._ids = itertools.count(1)
         self._latest: collections.OrderedDict[str, Generation] = collections.OrderedDict()
         self._suggestions = SuggestionCache()
-        self._prefetches: dict[
-            str, Generation
-        ] = {}  # uri -> the prefetch made there, until a request takes it
+        # uri -> the prefetch made there, until a request takes it
+        self._prefetches: dict[str, Generation] = {}
         self._debounce_seq: collections.Counter[str] = collections.Counter()
         self._request_seq: collections.Counter[str] = collections.Counter()  # for the idle warm-up
         self._cursors: dict[str, int] = {}  # the last known cursor offset per document
@@ -277,7 +275,11 @@ class Scheduler:
         answer = await self._wait(generation, "", self._partial_after(text, offset))
         if answer is None:
             return "diverged"  # the typing went elsewhere while it generated
-        return Suggestion(answer, f"{generation.id}") if answer else generation.end_reason or "nothing-left"
+        return (
+            Suggestion(answer, suggestion_id(generation.id))
+            if answer
+            else generation.end_reason or "nothing-left"
+        )
 
     def _locate(self, uri: str, line: int, character: int) -> tuple[int, str, int] | None:
         """(version, text, cursor offset) of a request, or None (logged) when it points nowhere."""
@@ -296,13 +298,13 @@ class Scheduler:
         """Serve from a generation the user's typing still agrees with.
 
         None means "start a new generation"; a string is a final empty answer and says why."""
-        suggestion_id = f"{generation.id}+{len(typed)}"
+        id_typed_ahead = suggestion_id(generation.id, typed)
         if generation.done:
             remainder = remainder_after(generation.text, typed)
             if generation.failed or not remainder:
                 return None
             self.stats.typed_ahead_hits += 1
-            return Suggestion(remainder, suggestion_id)
+            return Suggestion(remainder, id_typed_ahead)
         if not still_agrees(generation.text, typed):
             return None
         generation.agreed_typing = typed
@@ -313,7 +315,7 @@ class Scheduler:
         if not answer:
             return generation.end_reason or "nothing-left"
         self.stats.typed_ahead_hits += 1
-        return Suggestion(answer, suggestion_id)
+        return Suggestion(answer, id_typed_ahead)
 
     def _submit(
         self, uri: str, version: int, text: str, offset: int, previous: Generation | None
@@ -382,8 +384,7 @@ class Scheduler:
             text = self.store.get(prefetch.uri).text
         except UnknownDocumentError:
             return False
-        inserted = prefetch.assumed_accepted
-        if part_typed(prefetch.doc_text, prefetch.anchor - len(inserted), inserted, text) is not None:
+        if prefetch.assumed_part_typed(text) is not None:
             return True
         typed = typed_since(prefetch.doc_text, prefetch.anchor, text)
         return typed is not None and still_agrees(prefetch.text, typed)
@@ -402,9 +403,9 @@ class Scheduler:
     def _partial_after(self, text: str, offset: int, typed: str = "") -> float | None:
         """Seconds after which a request may be answered with the text generated so far: mid-line only,
         where people type on (at a line start they pause, and wait for a whole line)."""
-        line_before = text[text.rfind("\n", 0, offset) + 1 : offset] + typed
         if not self.client_refreshes or self.settings.partial_after_ms <= 0:
             return None
+        line_before = text[text.rfind("\n", 0, offset) + 1 : offset] + typed
         if not line_before.strip() or "\n" in typed:
             return None
         return self.settings.partial_after_ms / 1000

@@ -11,6 +11,8 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass
 
+from lsp_server.jobs import suggestion_id
+
 PREFIX_CHARS = 2048  # text before the cursor in a key
 SUFFIX_CHARS = 512  # text after the cursor in a key
 TYPED_AHEAD_CHARS = 256  # how far before the cursor a cached suggestion's own cursor may lie
@@ -34,7 +36,7 @@ class CacheHit:
 
     @property
     def suggestion_id(self) -> str:
-        return f"{self.suggestion.generation_id}+{len(self.typed)}"
+        return suggestion_id(self.suggestion.generation_id, self.typed)
 
 
 def context_key(uri: str, text: str, offset: int, suffix: str | None = None) -> tuple[str, str, str]:

@@ -39,6 +39,7 @@ from lsp_server.app.demo.keystrokes import (
     tab_accept,
     tokens_per_target_forward,
 )
+from lsp_server.jobs import generation_of
 
 STATS_INTERVAL_S = 0.25
 DRAIN_TIMEOUT_S = 120.0
@@ -239,11 +240,11 @@ class Replay:
         newest = self.events[-1] if self.events else None
         if uri != self.uri or self._typing_done or newest is None or self.ghost is None:
             return
-        if newest.outcome != "suggestion" or (newest.suggestion_id or "").split("+")[0] != generation_id:
+        if newest.outcome != "suggestion" or generation_of(newest.suggestion_id or "") != generation_id:
             return
         if newest.offset != self.cursor or self._refresh is not None:
             return
-        request_id, answer = self.session.request_inline(self.uri, self.cursor)
+        _, answer = self.session.request_inline(self.uri, self.cursor)
         self._refresh = answer
         answer.add_done_callback(functools.partial(self._refreshed, newest))
 
