@@ -36,9 +36,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.metrics import markdown_table, median, write_result_files
+from bench.metrics import markdown_table, median, repetition_share, write_result_files
 from bench.prompts import build_prompts, held_out_files
 from engine.costs import StepCosts
+from engine.memory import process_memory_mb
 
 if TYPE_CHECKING:
     import torch
@@ -85,14 +86,6 @@ class Run:
         return self.new_tokens / self.wall_s if self.wall_s > 0 else 0.0
 
 
-def rss_mb(pid: int | None = None) -> float:
-    status = Path(f"/proc/{pid or os.getpid()}/status")
-    for line in status.read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 # --- engines -------------------------------------------------------------------------------------------
 
 
@@ -118,7 +111,7 @@ class Engines:
         self.rss_added_mb: dict[str, float] = {}
         models: dict[torch.dtype, Any] = {}
         for name in names:
-            before = rss_mb()
+            before = process_memory_mb() or 0.0
             if name == "llama.cpp":
                 from engine.llama_cpp_decoder import LlamaCppDecoder, find_gguf
 
@@ -135,7 +128,7 @@ class Engines:
                 decoder = LeanLlamaDecoder(models[dtype], window, quantization)  # type: ignore[arg-type]
                 self.decoders[name] = decoder
                 self.matmuls[name] = _matmul_runner(decoder)
-            self.rss_added_mb[name] = rss_mb() - before
+            self.rss_added_mb[name] = (process_memory_mb() or 0.0) - before
         models.clear()
         # The draft model in bf16 where the CPU computes it natively, else fp32 (what `auto` picks), one
         # decoder per weight precision.
@@ -183,36 +176,34 @@ def fastest_ms(fn: Callable[[], object], repeats: int = 8) -> float:
 def step_profile(
     decoder: CausalDecoder, matmuls: Callable[[int], None] | None, context: int
 ) -> tuple[dict[str, Any], StepCosts]:
-    """Fastest plain step at `context` cached tokens, its matmuls alone (lean engines), and verify costs."""
-    from engine.costs import measure_step_costs
-
-    tokens = [(7 * i + 3) % 251 for i in range(context)]
-    decoder.crop(0)
-    decoder.forward(tokens)
-
-    def step() -> None:
-        decoder.forward([5])
-        decoder.crop(context)
-
-    step_ms = fastest_ms(step)
-    decoder.crop(0)
-    costs = measure_step_costs(
-        decoder.forward,
-        decoder.crop,
-        None,
-        None,
-        window=decoder.max_length,
-        context_tokens=context,
-        repeats=5,
-    )
+    """A plain step at `context` cached tokens and the verify costs, timed as the engine times them at load
+    (`engine.costs.measure_step_costs`), and the step's matmuls alone (lean engines)."""
+    costs = step_costs_of(decoder, None, context)
     profile: dict[str, Any] = {
-        "step_ms": step_ms,
+        "step_ms": costs.step_s * 1000,
         "verify_cost": dict(zip(costs.widths, costs.verify, strict=True)),
     }
     if matmuls is not None:
         profile["matmul_ms"] = fastest_ms(lambda: matmuls(1))
-        profile["other_ms"] = step_ms - profile["matmul_ms"]
+        profile["other_ms"] = profile["step_ms"] - profile["matmul_ms"]
     return profile, costs
+
+
+def step_costs_of(decoder: CausalDecoder, draft: CausalDecoder | None, context: int) -> StepCosts:
+    from engine.costs import measure_step_costs
+
+    decoder.crop(0)
+    if draft is not None:
+        draft.crop(0)
+    return measure_step_costs(
+        decoder.forward,
+        decoder.crop,
+        draft.forward if draft is not None else None,
+        draft.crop if draft is not None else None,
+        window=decoder.max_length,
+        context_tokens=context,
+        repeats=5,
+    )
 
 
 def prefill_speed(decoder: CausalDecoder, lengths: tuple[int, ...]) -> dict[int, float]:
@@ -237,19 +228,8 @@ def prefill_speed(decoder: CausalDecoder, lengths: tuple[int, ...]) -> dict[int,
 
 
 def draft_step_ms(draft: CausalDecoder, context: int) -> float:
-    """Fastest run of 4 draft steps at `context` cached tokens, per step (drafts come in runs)."""
-    tokens = [(7 * i + 3) % 251 for i in range(context)]
-    draft.crop(0)
-    draft.forward(tokens)
-
-    def run() -> None:
-        for token in (5, 6, 7, 8):
-            draft.forward([token])
-        draft.crop(context)
-
-    per_step = fastest_ms(run, repeats=5) / 4
-    draft.crop(0)
-    return per_step
+    """One draft step at `context` cached tokens, timed as the engine times a decoder's plain step."""
+    return step_costs_of(draft, None, context).step_s * 1000
 
 
 def quantization_error(decoders: dict[str, CausalDecoder], windows: list[list[int]]) -> dict[str, Any]:
@@ -349,7 +329,7 @@ def run_llama_server(
                 wall = time.perf_counter() - started
                 finish = "eos" if tokens and tokens[-1] in eos else "length"
                 runs.append(Run(method, "server", prompt_name, len(tokens), wall, finish, tokens))
-            rss[method] = rss_mb(peer.process.pid)
+            rss[method] = process_memory_mb(pid=peer.process.pid) or float("nan")
         finally:
             peer.stop()
     return runs, rss
@@ -507,12 +487,6 @@ def machine_load() -> dict[str, Any]:
     return {"loadavg_1_5_15": list(load), "cpus": os.cpu_count(), "busy_processes": busy}
 
 
-def repetition(ids: list[int]) -> float:
-    """Share of 4-grams in an output that already occurred earlier in it (0: none repeated)."""
-    grams = [tuple(ids[i : i + 4]) for i in range(len(ids) - 3)]
-    return 1 - len(set(grams)) / len(grams) if grams else 0.0
-
-
 def summarize(runs: list[Run], near_tie: float, divergence: Callable[..., Any]) -> dict[str, Any]:
     rows = sorted(
         {(run.engine, run.method) for run in runs}, key=lambda r: (r[0].startswith("llama-server"), r)
@@ -528,7 +502,7 @@ def summarize(runs: list[Run], near_tie: float, divergence: Callable[..., Any]) 
             "tokens_per_s_total": sum(r.new_tokens for r in mine) / sum(r.wall_s for r in mine),
             "new_tokens_mean": statistics.fmean(r.new_tokens for r in mine),
             "stopped_at_eos": sum(r.finish == "eos" for r in mine),
-            "repetition_mean": statistics.fmean(repetition(r.token_ids) for r in mine),
+            "repetition_mean": statistics.fmean(repetition_share(r.token_ids) for r in mine),
         }
         if best_server is not None:
             entry["ratio_to_best_llama_server"] = (entry["tokens_per_s_total"] or 0) / best_server[1]
@@ -602,8 +576,8 @@ def markdown_report(result: dict[str, Any]) -> str:
                 p.get("matmul_ms"),
                 p.get("other_ms"),
                 *(verify.get(k, verify.get(str(k))) for k in (1, 4, 8, 16)),
-                errors[name]["held_out_loss"],
-                errors[name]["top1_agreement"],
+                errors.get(name, {}).get("held_out_loss"),  # a draft's row has no loss of its own
+                errors.get(name, {}).get("top1_agreement"),
             ]
         )
     speed_rows = []
@@ -644,7 +618,7 @@ def markdown_report(result: dict[str, Any]) -> str:
         f"at most {config['max_new_tokens']} new tokens, stopping at EOS; every call starts from an empty cache "
         "and is timed with its prefill. Produced by `python -m bench.decode_speed`.\n",
         "\n## Where a step goes, what a verify costs, what quantization loses\n",
-        "Step and matmul times are the fastest of 8 at the median prompt length; verify cost v(k) is a forward "
+        "Step times are the fastest of the engine's own timer (`engine.costs.measure_step_costs`) at the median prompt length (at most half the window), matmul times the fastest of 8; verify cost v(k) is a forward "
         "over k + 1 positions in plain steps. Loss: cross-entropy (nats) on "
         f"{LOSS_WINDOWS} held-out windows of {LOSS_WINDOW} tokens; agreement: teacher-forced top-1 equal to the "
         "first engine's.\n\n",
@@ -676,7 +650,7 @@ def markdown_report(result: dict[str, Any]) -> str:
                 "prompts where speculative left plain",
                 "mean new tokens",
                 "stopped at EOS",
-                "repeated 4-grams",
+                "tokens inside a repeated 4-gram",
             ],
             speed_rows,
         ),

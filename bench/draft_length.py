@@ -17,10 +17,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.metrics import first_difference, markdown_table, median, write_result_files
+from bench.metrics import markdown_table, median, write_result_files
 from bench.prompts import BenchPrompt, build_prompts
 from bench.throughput import MethodRunner, ThroughputConfig, environment
 from engine.api import DraftContext, DraftLengthPolicy, LearningDraftPolicy
+from engine.sequences import first_divergence
 from lsp_server.context.syntax_context import SyntaxClassifier, identifiers_in, syntax_classifier
 
 if TYPE_CHECKING:
@@ -229,7 +230,7 @@ def summarize_policies(runs: list[dict[str, Any]], names: tuple[str, ...]) -> di
         mismatches = [
             prompt
             for prompt, per in by_prompt.items()
-            if first_difference(per["learned"][0]["token_ids"], per[name][0]["token_ids"]) is not None
+            if first_divergence(per["learned"][0]["token_ids"], per[name][0]["token_ids"]) is not None
         ]
         tokens = sum(run["new_tokens"] for run in mine)
         summary[name] = {

@@ -15,26 +15,19 @@ from pathlib import Path
 from typing import Any
 
 
-def status_mb(field: str) -> float:
-    with open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def measure(target: str, draft: str | None, window: int, threads: int) -> dict[str, Any]:
     import torch
     import transformers  # noqa: F401  # imported before the baseline: it is not the model's memory
 
+    from engine.memory import process_memory_mb
     from engine.service import LocalEngine
 
     torch.set_num_threads(threads)
-    before = status_mb("VmRSS")
+    before = process_memory_mb("VmRSS")
     engine = LocalEngine(
         target=target, draft=draft or "none", device="cpu", max_context=window, runtime="torch"
     )
-    rss, peak = status_mb("VmRSS"), status_mb("VmHWM")
+    rss, peak = process_memory_mb("VmRSS"), process_memory_mb("VmHWM")
     return {
         "target": target,
         "draft": draft,

@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.sequences import common_prefix_length
 from lsp_server.statistics import percentile as percentile  # re-exported for the benchmarks
 
 
@@ -61,12 +60,6 @@ def alpha_from_rounds(tokens_per_round: float, k: float) -> float:
         else:
             high = mid
     return (low + high) / 2
-
-
-def first_difference(reference: Sequence[int], other: Sequence[int]) -> int | None:
-    """Index of the first token where two outputs differ (a length difference counts); None if identical."""
-    shared = common_prefix_length(reference, other)
-    return None if shared == len(reference) == len(other) else shared
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

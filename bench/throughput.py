@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 from bench.llama_peer import LLAMA_METHODS, NEEDS_DRAFT_GGUF, LlamaPeer, find_llama_server, start_peer
 from bench.metrics import (
     alpha_from_rounds,
-    first_difference,
     markdown_table,
     median,
     repetition_share,
@@ -37,6 +36,7 @@ from bench.metrics import (
     write_result_files,
 )
 from bench.prompts import BenchPrompt, build_prompts
+from engine.sequences import first_divergence
 
 if TYPE_CHECKING:
     from engine.api import DraftLengthPolicy
@@ -49,7 +49,6 @@ PEER_METHODS = ("hf-greedy", "hf-assisted", "hf-prompt-lookup")
 METHODS = ("autoregressive", *(f"speculative-{name}" for name in ENGINE_DRAFTERS), *PEER_METHODS)
 ALL_METHODS = (*METHODS, *LLAMA_METHODS)
 NEEDS_DRAFT_MODEL = ("speculative-model", "hf-assisted", *NEEDS_DRAFT_GGUF)
-VERIFY_WIDTHS = (1, 2, 4, 8, 16)  # draft lengths k at which the k + 1-token verify cost is measured
 HF_PROMPT_LOOKUP_TOKENS = 10  # transformers' documented default suggestion
 
 
@@ -218,10 +217,11 @@ def _timed(fn: Callable[[], object], repeats: int, sync: Callable[[], None]) -> 
 
 
 def measure_step_costs(runner: MethodRunner, prompt: BenchPrompt, repeats: int = 20) -> dict[str, Any]:
-    """Target step, draft step, verify widths and copy-drafter propose times at a real prompt."""
+    """Target step, draft step and verify widths as the engine times them (`engine.costs.measure_step_costs`,
+    at this prompt's length), and what the copying drafters take to propose, at a real prompt."""
+    from engine.costs import measure_step_costs as engine_step_costs
     from engine.drafters.lookup import PromptLookupDrafter
     from engine.drafters.suffix import SuffixDrafter
-    from engine.generation import sync_cache
 
     engine = runner.engine
     ids = runner.prompt_ids(prompt)
@@ -230,20 +230,17 @@ def measure_step_costs(runner: MethodRunner, prompt: BenchPrompt, repeats: int =
         for decoder in (target, draft):
             if decoder is not None:
                 decoder.crop(0)
-                sync_cache(decoder, ids)
-        base = len(ids) - 1
-
-        def step(decoder: Any, width: int) -> Callable[[], object]:
-            def call() -> object:
-                logits = decoder.forward(ids[-1:] * width)
-                decoder.crop(base)
-                return logits
-
-            return call
-
-        target_step = _timed(step(target, 1), repeats, runner._sync)
-        draft_step = _timed(step(draft, 1), repeats, runner._sync) if draft is not None else None
-        verify = {k: _timed(step(target, k + 1), repeats, runner._sync) / target_step for k in VERIFY_WIDTHS}
+        costs = engine_step_costs(
+            target.forward,
+            target.crop,
+            draft.forward if draft is not None else None,
+            draft.crop if draft is not None else None,
+            window=target.max_length,
+            context_tokens=len(ids),
+            repeats=repeats,
+            synchronize=lambda logits: runner._sync(),
+        )
+    target_step = costs.step_s
     lookup = PromptLookupDrafter([engine.encode(s) for s in prompt.context.lookup_snippets if s])
     suffix = SuffixDrafter(engine.encode(prompt.context.suffix))
     copy_costs: dict[str, float] = {}
@@ -253,13 +250,13 @@ def measure_step_costs(runner: MethodRunner, prompt: BenchPrompt, repeats: int =
         copy_costs[name] = _timed(partial(drafter.propose, ids, 16), repeats, runner._sync) / proposed
     return {
         "target_step_s": target_step,
-        "draft_step_s": draft_step,
+        "draft_step_s": costs.draft_step * target_step if draft is not None else None,
         "c": {
-            "model": draft_step / target_step if draft_step is not None else None,
+            "model": costs.draft_step if draft is not None else None,
             "lookup": copy_costs["lookup"] / target_step,
             "suffix": copy_costs["suffix"] / target_step,
         },
-        "verify_cost": {str(k): v for k, v in verify.items()},
+        "verify_cost": {str(k): v for k, v in zip(costs.widths, costs.verify, strict=True)},
         "prompt_tokens": len(ids),
     }
 
@@ -293,7 +290,7 @@ def summarize(runs: list[Run], step_costs: dict[str, Any], methods: tuple[str, .
             if reference in per_method:
                 base = statistics.mean(run.tokens_per_s for run in per_method[reference])
                 ratios.append(tps / base)
-                diff = first_difference(per_method[reference][0].token_ids, per_method[method][0].token_ids)
+                diff = first_divergence(per_method[reference][0].token_ids, per_method[method][0].token_ids)
                 if diff is not None:
                     mismatches.append({"prompt": prompt, "first_difference_at": diff})
         new_tokens = sum(run.new_tokens for run in method_runs)

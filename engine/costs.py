@@ -23,6 +23,7 @@ class StepCosts:
     widths: tuple[int, ...]
     verify: tuple[float, ...]
     draft_step: float  # one draft-model forward
+    step_s: float = 0.0  # the plain target step these costs are relative to, in seconds (0: not measured)
 
     def __post_init__(self) -> None:
         if not self.widths or len(self.widths) != len(self.verify):
@@ -108,7 +109,10 @@ def measure_step_costs(
     step = fastest[1]
     draft_step = draft_fastest / step if draft_fastest < float("inf") else 0.0
     if not widths:  # a window too small to measure: price verifies like plain steps
-        return StepCosts(widths=(1,), verify=(1.0,), draft_step=draft_step)
+        return StepCosts(widths=(1,), verify=(1.0,), draft_step=draft_step, step_s=step)
     return StepCosts(
-        widths=widths, verify=tuple(fastest[k + 1] / step for k in widths), draft_step=draft_step
+        widths=widths,
+        verify=tuple(fastest[k + 1] / step for k in widths),
+        draft_step=draft_step,
+        step_s=step,
     )

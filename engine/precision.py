@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.decoder import CausalDecoder
+from engine.sequences import first_divergence
 
 # Logit gap below which two candidates count as tied under low-precision kernels. Measured verify-vs-step
 # logit differences: up to ~0.1 with the lean decoder in bf16 (bundled target); up to 0.53 with llama.cpp's
@@ -31,14 +32,6 @@ def top2_margin(logits: torch.Tensor) -> float:
     """Best minus second-best logit of one row."""
     best = torch.topk(logits.float(), 2).values
     return float(best[0] - best[1])
-
-
-def first_divergence(reference: Sequence[int], other: Sequence[int]) -> int | None:
-    """Index of the first position where two token sequences differ (one ending early counts); None if equal."""
-    for index, (a, b) in enumerate(zip(reference, other, strict=False)):
-        if a != b:
-            return index
-    return None if len(reference) == len(other) else min(len(reference), len(other))
 
 
 @dataclass(frozen=True)

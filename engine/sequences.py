@@ -22,3 +22,9 @@ def common_prefix_length(a: Sequence[Any], b: Sequence[Any]) -> int:
         else:
             hi = mid
     return lo
+
+
+def first_divergence(reference: Sequence[int], other: Sequence[int]) -> int | None:
+    """Index of the first position where two token sequences differ (one ending early counts); None if equal."""
+    shared = common_prefix_length(reference, other)
+    return None if shared == len(reference) == len(other) else shared

@@ -40,6 +40,7 @@ from engine.drafters.suffix import SuffixDrafter
 from engine.generation import DecodeSettings, fit_prompt, sync_cache
 from engine.healing import ForcedPrefix, TokenTexts, can_spell_words
 from engine.hf_decoder import context_length
+from engine.memory import process_memory_mb
 from engine.models import ModelPair, end_of_text_ids, load_pair
 from engine.runtime import RuntimeChoice, build_draft_decoder, build_target_decoder
 from engine.sequences import common_prefix_length
@@ -63,18 +64,6 @@ def measured_prompt_shape(folder: str | None) -> str:
 
     name = catalog_name_of(Path(folder)) if folder else None
     return CATALOG[name].prompt if name else "auto"
-
-
-def resident_mb() -> float | None:
-    """This process's resident memory now (Linux /proc; None elsewhere)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
 
 
 def decoder_weight_mb(decoder: object) -> float | None:
@@ -117,7 +106,7 @@ def model_memory(target: object, draft: object | None, rss_before: float | None)
         for d in (target, draft)
         if d is not None
     ]
-    now = resident_mb()
+    now = process_memory_mb()
     return {
         "weights_mb": None if None in weights else sum(w for w in weights if w is not None),
         "kv_cache_mb": sum(caches),
@@ -146,7 +135,7 @@ class LocalEngine:
         # copies are freed (one copy of each model in memory) unless a caller still runs them
         # (`keep_hf_model`). A pair passed in is the caller's and stays whole.
         release = pair is None and not keep_hf_model
-        rss_before = resident_mb()
+        rss_before = process_memory_mb()
         self.pair = pair if pair is not None else load_pair(target, draft, device, dtype)
         self.tokenizer = self.pair.tokenizer
         models = [self.pair.target] if self.pair.draft is None else [self.pair.target, self.pair.draft]

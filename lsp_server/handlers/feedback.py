@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
+from engine.memory import peak_resident_mb
 from lsp_server.handlers.guard import field, guarded
 from lsp_server.language_server import SpeclsServer
 
@@ -49,31 +49,11 @@ def did_reject(ls: SpeclsServer, params: Any) -> None:
     ls.schedule_status()
 
 
-def peak_rss_mb() -> float | None:
-    """The server process's peak resident memory (models, caches, everything), where the OS reports it.
-
-    Linux: VmHWM of /proc/self/status, which is this process's own (getrusage's ru_maxrss carries the
-    parent's peak over fork and exec). Elsewhere getrusage, bytes on macOS."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return round(int(line.split()[1]) / 1024, 1)  # kB
-    except OSError:
-        pass
-    try:
-        import resource
-    except ImportError:  # Windows
-        return None
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return round(peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024, 1)
-
-
 @guarded({})
 def stats_request(ls: SpeclsServer, params: Any) -> dict[str, Any]:
     result = ls.scheduler.stats.as_dict()
     result["state"] = ls.scheduler.state
-    result["peak_rss_mb"] = peak_rss_mb()
+    result["peak_rss_mb"] = peak_resident_mb()
     result["settings"] = {
         "backend": ls.settings.backend,
         "firstLineFirst": ls.settings.first_line_first,

@@ -21,7 +21,6 @@ from engine.lean import LeanLlamaDecoder
 from engine.precision import (
     Divergence,
     MarginRecorder,
-    first_divergence,
     greedy_divergence,
     top2_margin,
 )
@@ -36,6 +35,7 @@ from engine.quantize import (
     quantize_int4,
     quantize_int8,
 )
+from engine.sequences import first_divergence
 from engine.speculative import speculative_generate
 
 BUNDLED_TARGET = Path(__file__).resolve().parents[2] / "engine" / "bundled" / "target"
@@ -55,6 +55,8 @@ def test_top2_margin_and_first_divergence() -> None:
     assert first_divergence([1, 2, 3], [1, 2, 3]) is None
     assert first_divergence([1, 2, 3], [1, 5, 3]) == 1
     assert first_divergence([1, 2, 3], [1, 2]) == 2
+    assert first_divergence([1, 2], [1, 2, 3]) == 2
+    assert first_divergence([], []) is None
 
 
 def test_greedy_divergence_reports_the_plain_margin_and_rejects_a_wide_one() -> None:

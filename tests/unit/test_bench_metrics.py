@@ -10,7 +10,6 @@ from bench.draft_length import RecordingPolicy, RoundRecord, acceptance_by_conte
 from bench.metrics import (
     alpha_from_rounds,
     expected_tokens_per_round,
-    first_difference,
     markdown_table,
     median,
     percentile,
@@ -67,13 +66,6 @@ def test_alpha_from_rounds_edges() -> None:
     assert alpha_from_rounds(1.0, 4) == 0.0
     assert alpha_from_rounds(5.0, 4) == 1.0
     assert alpha_from_rounds(3.0, 0) == 0.0
-
-
-def test_first_difference() -> None:
-    assert first_difference([1, 2, 3], [1, 2, 3]) is None
-    assert first_difference([1, 2, 3], [1, 9, 3]) == 1
-    assert first_difference([1, 2, 3], [1, 2]) == 2
-    assert first_difference([], []) is None
 
 
 def test_markdown_table_formats_missing_and_float_cells() -> None:

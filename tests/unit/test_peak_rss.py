@@ -7,11 +7,11 @@ import sys
 
 # In a fresh interpreter: the peak of a long test run is already high, so 64 MB more might not raise it.
 PROBE = """
-from lsp_server.handlers.feedback import peak_rss_mb
-before = peak_rss_mb()
+from engine.memory import peak_resident_mb
+before = peak_resident_mb()
 ballast = bytearray(64 * 1024 * 1024)
 ballast[::4096] = b"\\x01" * len(ballast[::4096])  # touch every page so it is resident
-print(before, peak_rss_mb())
+print(before, peak_resident_mb())
 """
 
 
