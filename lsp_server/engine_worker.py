@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from engine.api import (
     BackendInfo,
@@ -39,12 +39,39 @@ ContextBuilder = Callable[
     [DocumentStore, str, int, BackendInfo, ContextSettings, Callable[[str], int]], CompletionContext
 ]
 Finalizer = Callable[[str, CompletionContext], str]
-# (info, error, load epoch): exactly one of info and error is set.
-OnLoaded = Callable[[BackendInfo | None, str | None, int], None]
-# (generation, final text, result, error): result is None exactly when error is set.
-OnDone = Callable[[Generation, str, CompletionResult | None, str | None], None]
-# (job, what it left cached): after every warm-up that ran.
-OnWarmed = Callable[["WarmJob", WarmResult], None]
+
+
+@dataclass(frozen=True)
+class PromptSteps:
+    """How a request becomes a prompt (`build_context`) and a generated text becomes what is shown
+    (`finalize`): the server's own context builder, or a simpler one a test chooses."""
+
+    build_context: ContextBuilder
+    finalize: Finalizer
+
+
+class WorkerEvents(Protocol):
+    """What the worker reports. Every call is made on the event loop, never on the worker's thread."""
+
+    def backend_loaded(self, info: BackendInfo | None, error: str | None, epoch: int) -> None:
+        """Exactly one of info and error is set; `epoch` is the load call's."""
+
+    def generation_started(self) -> None:
+        """A prompt was built and handed to the backend."""
+
+    def generation_text(self, generation: Generation, text: str) -> None:
+        """The text generated so far."""
+
+    def generation_done(
+        self, generation: Generation, text: str, result: CompletionResult | None, error: str | None
+    ) -> None:
+        """The final text; result is None exactly when error is set."""
+
+    def cancelled_to_idle(self, ms: float) -> None:
+        """How long a cancelled generation took to stop."""
+
+    def cache_warmed(self, job: WarmJob, result: WarmResult) -> None:
+        """After every warm-up that ran: what it left cached."""
 
 
 @dataclass
@@ -69,28 +96,15 @@ class EngineWorker:
         store_lock: threading.Lock,
         backend_factory: Callable[[ServerSettings], CompletionBackend],
         settings: Callable[[], ServerSettings],
-        *,
-        build_context: ContextBuilder,
-        finalize: Finalizer,
-        on_loaded: OnLoaded,
-        on_started: Callable[[], None],
-        on_text: Callable[[Generation, str], None],
-        on_done: OnDone,
-        on_cancel_to_idle: Callable[[float], None],
-        on_warmed: OnWarmed = lambda job, result: None,
+        prompts: PromptSteps,
+        events: WorkerEvents,
     ) -> None:
         self._store = store
         self._store_lock = store_lock
         self._backend_factory = backend_factory
         self._settings = settings
-        self._build_context = build_context
-        self._finalize = finalize
-        self._on_loaded = on_loaded
-        self._on_started = on_started
-        self._on_text = on_text
-        self._on_done = on_done
-        self._on_cancel_to_idle = on_cancel_to_idle
-        self._on_warmed = on_warmed
+        self._prompts = prompts
+        self._events = events
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self.load_epoch = 0  # read and written on the loop only
@@ -116,7 +130,7 @@ class EngineWorker:
             self._thread.start()
 
     def load(self, settings: ServerSettings) -> None:
-        """Load (or reload) the backend; `on_loaded` reports it with the epoch this call started."""
+        """Load (or reload) the backend; `events.backend_loaded` reports it with the epoch this call started."""
         with self._cond:
             self.load_epoch += 1
             self._load_settings = settings
@@ -224,15 +238,21 @@ class EngineWorker:
             info = backend.info()
         except Exception as exc:  # report it; the server answers empty until settings change
             logger.exception("backend failed to load")
-            self._post(self._on_loaded, None, f"{type(exc).__name__}: {exc}", epoch)
+            self._post(self._events.backend_loaded, None, f"{type(exc).__name__}: {exc}", epoch)
             return
         self._backend, self._info = backend, info
-        self._post(self._on_loaded, info, None, epoch)
+        self._post(self._events.backend_loaded, info, None, epoch)
 
     def _run(self, generation: Generation) -> None:
         backend, info, settings = self._backend, self._info, self._settings()
         if backend is None or info is None or generation.cancel.cancelled:
-            self._post(self._on_done, generation, "", _empty("cancelled", "cancelled-before-start"), None)
+            self._post(
+                self._events.generation_done,
+                generation,
+                "",
+                _empty("cancelled", "cancelled-before-start"),
+                None,
+            )
             return
         try:
             # The lock is held only to copy the documents: the prompt is built from the copy while the
@@ -241,7 +261,7 @@ class EngineWorker:
                 snapshot = self._snapshot_for(generation)
             ctx = None
             if snapshot is not None:
-                ctx = self._build_context(
+                ctx = self._prompts.build_context(
                     snapshot,
                     generation.uri,
                     generation.anchor,
@@ -252,29 +272,41 @@ class EngineWorker:
                 with self._store_lock:
                     self._store.adopt_trees(snapshot)
             if ctx is None:  # edited or closed since the request: the client asks again
-                self._post(self._on_done, generation, "", _empty("cancelled", "stale-context"), None)
+                self._post(
+                    self._events.generation_done, generation, "", _empty("cancelled", "stale-context"), None
+                )
                 return
             if ctx.mode == "none":
-                self._post(self._on_done, generation, "", _empty("stop", f"mode-none:{ctx.why_none}"), None)
+                self._post(
+                    self._events.generation_done,
+                    generation,
+                    "",
+                    _empty("stop", f"mode-none:{ctx.why_none}"),
+                    None,
+                )
                 return
             request = engine_request(ctx, settings, previous_completion=generation.previous_completion)
-            self._post(self._on_started)
+            self._post(self._events.generation_started)
             result = backend.complete(
                 request,
-                on_text=lambda text: self._post(self._on_text, generation, text),
+                on_text=lambda text: self._post(self._events.generation_text, generation, text),
                 cancel=generation.cancel,
             )
             cancelled_at = generation.cancel.cancelled_at
             if result.finish_reason == "cancelled" and cancelled_at is not None:
-                self._post(self._on_cancel_to_idle, (time.monotonic() - cancelled_at) * 1000)
-            text = result.text if result.finish_reason == "cancelled" else self._finalize(result.text, ctx)
+                self._post(self._events.cancelled_to_idle, (time.monotonic() - cancelled_at) * 1000)
+            text = (
+                result.text
+                if result.finish_reason == "cancelled"
+                else self._prompts.finalize(result.text, ctx)
+            )
             if ctx.stop_rules is not None and ctx.stop_rules.fired:  # for the statistics
                 result.stats["stop_rules_fired"] = sorted(ctx.stop_rules.fired)
         except Exception as exc:  # a fault in one request must not take the worker down
             logger.exception("completion failed")
-            self._post(self._on_done, generation, "", None, f"{type(exc).__name__}: {exc}")
+            self._post(self._events.generation_done, generation, "", None, f"{type(exc).__name__}: {exc}")
             return
-        self._post(self._on_done, generation, text, result, None)
+        self._post(self._events.generation_done, generation, text, result, None)
 
     def _snapshot_for(self, generation: Generation) -> DocumentStore | None:
         """A copy of the documents to build `generation`'s prompt from (under the store lock), or None when
@@ -314,7 +346,7 @@ class EngineWorker:
                 offset = job.offset
                 if offset is None:
                     offset = warm_offset(snapshot, job.uri, settings.context.max_prompt_tokens, count)
-                ctx = self._build_context(snapshot, job.uri, offset, info, settings.context, count)
+                ctx = self._prompts.build_context(snapshot, job.uri, offset, info, settings.context, count)
                 with self._store_lock:
                     self._store.adopt_trees(snapshot)
             if ctx is None or ctx.mode == "none":
@@ -335,7 +367,7 @@ class EngineWorker:
         except Exception:  # a warm-up is only an optimisation: log it, never take the worker down
             logger.exception("warm-up failed")
             return
-        self._post(self._on_warmed, job, result)
+        self._post(self._events.cache_warmed, job, result)
 
 
 def warm_offset(store: DocumentStore, uri: str, budget: int, count_tokens: Callable[[str], int]) -> int:

@@ -44,7 +44,7 @@ from engine.api import BackendInfo, CompletionBackend, CompletionResult, WarmRes
 from lsp_server.config import ServerSettings
 from lsp_server.context import build_completion_context, finalize_completion
 from lsp_server.documents import DocumentStore, PositionError, UnknownDocumentError
-from lsp_server.engine_worker import ContextBuilder, EngineWorker, Finalizer, WarmJob
+from lsp_server.engine_worker import ContextBuilder, EngineWorker, Finalizer, PromptSteps, WarmJob
 from lsp_server.jobs import Generation, Waiter, is_current, suggestion_id
 from lsp_server.statistics import Statistics
 from lsp_server.suggestion_cache import SuggestionCache
@@ -115,14 +115,8 @@ class Scheduler:
             self.store_lock,
             backend_factory,
             lambda: self.settings,
-            build_context=build_context,
-            finalize=finalize,
-            on_loaded=self._on_loaded,
-            on_started=self._count_generation,
-            on_text=self._on_text,
-            on_done=self._on_done,
-            on_cancel_to_idle=self.stats.cancel_to_idle_ms.append,
-            on_warmed=self._on_warmed,
+            PromptSteps(build_context, finalize),
+            events=self,
         )
 
     # --- lifecycle (event loop) ---
@@ -478,7 +472,7 @@ class Scheduler:
         if waiter.future.done():
             generation.waiters.remove(waiter)
 
-    def _on_text(self, generation: Generation, text: str) -> None:
+    def generation_text(self, generation: Generation, text: str) -> None:
         if generation.done:
             return
         generation.text = text
@@ -494,7 +488,7 @@ class Scheduler:
         for waiter in list(generation.waiters):
             self._evaluate(generation, waiter)
 
-    def _on_done(
+    def generation_done(
         self, generation: Generation, text: str, result: CompletionResult | None, error: str | None
     ) -> None:
         self.stats.finished_generations += 1
@@ -593,14 +587,14 @@ class Scheduler:
 
         asyncio.get_running_loop().call_later(self.settings.warm_idle_ms / 1000, when_idle)
 
-    def _on_warmed(self, job: WarmJob, result: WarmResult) -> None:
+    def cache_warmed(self, job: WarmJob, result: WarmResult) -> None:
         self.stats.warmups[job.reason] += 1
         self.stats.warm_cached = (result.cached_tokens, result.prompt_tokens)
         self._on_completion()  # a status update: "warming, x% cached"
 
     # --- reports from the worker (event loop) ---
 
-    def _on_loaded(self, info: BackendInfo | None, error: str | None, epoch: int) -> None:
+    def backend_loaded(self, info: BackendInfo | None, error: str | None, epoch: int) -> None:
         if epoch != self._worker.load_epoch:  # a newer load superseded this one
             return
         if info is None:
@@ -612,5 +606,8 @@ class Scheduler:
         if self._last_uri is not None:  # a file opened while the model loaded
             self._warm(self._last_uri, self._cursors.get(self._last_uri), "open")
 
-    def _count_generation(self) -> None:
+    def generation_started(self) -> None:
         self.stats.generations += 1
+
+    def cancelled_to_idle(self, ms: float) -> None:
+        self.stats.cancel_to_idle_ms.append(ms)
