@@ -78,8 +78,10 @@ def decoder_weight_mb(decoder: object) -> float | None:
     def add(value: object, depth: int = 0) -> None:  # a layer holds linears, a linear holds tensors
         nonlocal total
         if isinstance(value, torch.Tensor):
-            if value.data_ptr() not in seen:
-                seen.add(value.data_ptr())
+            # A weight prepacked for oneDNN has no storage to point at; it is never shared, so its own id keys it.
+            key = id(value) if value.is_mkldnn else value.data_ptr()
+            if key not in seen:
+                seen.add(key)
                 total += value.numel() * value.element_size()
         elif depth < 2 and hasattr(value, "__dict__"):
             for item in vars(value).values():

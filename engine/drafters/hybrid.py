@@ -4,6 +4,7 @@ produce, so they go first when they match; the draft model fills in when nothing
 from __future__ import annotations
 
 from engine.drafters.base import Draft
+from engine.drafters.caps import LONG_ANCHOR
 from engine.drafters.plan import DraftPlan, PlanningDrafter, RealigningDrafter
 
 
@@ -28,7 +29,7 @@ class HybridDrafter:
         lookup: PlanningDrafter | None = None,
         suffix: PlanningDrafter | None = None,
         stale: PlanningDrafter | None = None,
-        strong_match_len: int = 4,
+        strong_match_len: int = LONG_ANCHOR,
         min_acceptance: float = 0.3,
         model_min_acceptance: float = 0.5,
         ema_weight: float = 0.3,

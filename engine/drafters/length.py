@@ -21,10 +21,8 @@ from dataclasses import dataclass, field
 
 from engine.api import DraftContext
 from engine.costs import ASSUMED_COSTS
+from engine.drafters.caps import LONG_ANCHOR, MAX_LENGTH, STALE_LENGTH
 from engine.drafters.sizing import AcceptanceCurve, best_draft_length
-
-MAX_LENGTH = {"model": 16, "copy": 32}
-LONG_ANCHOR = 4  # a copied draft whose match is anchored on this many tokens is a different bet
 
 
 def base_prior(kind: str) -> list[float]:
@@ -83,8 +81,8 @@ class LearnedDraftPolicy:
     """
 
     acceptance: DraftAcceptance = field(default_factory=DraftAcceptance)
-    max_length: int = 32
-    stale_length: int = 64  # an earlier suggestion's remainder is re-verified whole: it is usually right
+    max_length: int = MAX_LENGTH["copy"]
+    stale_length: int = STALE_LENGTH
     retry_factor: float = 0.99  # each round a drafter is not drafted, its evidence fades toward the prior
     _pending: tuple[str, str] | None = None  # (drafter, situation) of the round in flight
     _held_whole: set[str] = field(default_factory=set)  # drafters whose last draft was accepted whole

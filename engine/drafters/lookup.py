@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from engine.drafters.base import Draft
+from engine.drafters.caps import MAX_LENGTH
 from engine.drafters.plan import DraftPlan
 
 
@@ -116,7 +117,7 @@ class PromptLookupDrafter:
         *,
         max_ngram: int = 5,
         min_ngram: int = 2,
-        max_tokens: int = 32,
+        max_tokens: int = MAX_LENGTH["copy"],
         stop_ids: Iterable[int] = (),
     ) -> None:
         self.max_ngram = max_ngram

@@ -6,6 +6,7 @@ import torch
 
 from engine.decoder import CausalDecoder
 from engine.drafters.base import Draft
+from engine.drafters.caps import MAX_LENGTH
 from engine.drafters.plan import DraftPlan
 from engine.sequences import common_prefix_length
 from engine.verify import warp_logits
@@ -34,7 +35,7 @@ class ModelDrafter:
         top_p: float = 1.0,
         generator: torch.Generator | None = None,
         confidence_threshold: float = 0.4,
-        max_tokens: int = 16,
+        max_tokens: int = MAX_LENGTH["model"],
         min_tokens: int = 1,
     ) -> None:
         if not 0.0 <= confidence_threshold <= 1.0:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from engine.drafters.base import Draft
+from engine.drafters.caps import STALE_LENGTH
 from engine.drafters.plan import DraftPlan
 
 
@@ -32,7 +33,7 @@ class StaleCompletionDrafter:
         *,
         min_overlap: int = 2,
         max_overlap: int = 16,
-        max_tokens: int = 64,
+        max_tokens: int = STALE_LENGTH,
         text: str = "",
         encode: Callable[[str], list[int]] | None = None,
     ) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from engine.drafters.base import Draft
+from engine.drafters.caps import MAX_LENGTH
 from engine.drafters.lookup import NgramIndex, continue_from
 from engine.drafters.plan import DraftPlan
 
@@ -22,7 +23,7 @@ class SuffixDrafter:
         *,
         max_ngram: int = 5,
         min_ngram: int = 2,
-        max_tokens: int = 32,
+        max_tokens: int = MAX_LENGTH["copy"],
         stop_ids: Iterable[int] = (),
     ) -> None:
         self.max_ngram = max_ngram

@@ -1,0 +1,8 @@
+"""The longest draft each kind of drafter may propose in a round, and what counts as an anchored match: one
+home for the numbers the drafters, the hybrid and the draft-length policy share."""
+
+from __future__ import annotations
+
+MAX_LENGTH = {"model": 16, "copy": 32}  # a draft model's tokens, and copied ones (lookup, suffix)
+STALE_LENGTH = 64  # an earlier suggestion's remainder is re-verified whole: it is usually right
+LONG_ANCHOR = 4  # a copied draft whose match is anchored on this many tokens is a different bet
