@@ -434,11 +434,11 @@ def run_decode_speed(config: DecodeSpeedConfig, progress: bool = True) -> dict[s
                     engine,
                     method,
                     prompt_name,
-                    result.stats["new_tokens"],
-                    result.stats["wall_s"],
+                    result.stats.new_tokens,
+                    result.stats.wall_s,
                     result.finish_reason,
                     result.token_ids,
-                    result.stats["target_forwards"],
+                    result.stats.target_forwards,
                     margins,
                 )
             )

@@ -183,13 +183,13 @@ def run_draft_length(config: DraftLengthConfig, progress: bool = True) -> dict[s
             "wall_s": wall,
             "new_tokens": len(result.token_ids),
             "tokens_per_s": len(result.token_ids) / wall,
-            "target_forwards": result.stats["target_forwards"],
+            "target_forwards": result.stats.target_forwards,
             # The same rounds priced with the costs measured at load: free of timing noise.
             "modeled_steps": sum(
                 engine.step_costs.round_cost(r.drafted, r.drafter == "model") for r in policy.rounds
             ),
-            "drafted": result.stats["drafted"],
-            "accepted": result.stats["accepted"],
+            "drafted": result.stats.drafted,
+            "accepted": result.stats.accepted,
             "token_ids": list(result.token_ids),
             "rounds": policy.rounds,
         }

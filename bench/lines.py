@@ -195,7 +195,7 @@ def score_model(
                 guard_fired="repetition" in ctx.stop_rules.fired,
                 forced_prefix=ctx.forced_prefix,
                 finish_reason=result.finish_reason,
-                new_tokens=int(result.stats.get("new_tokens", 0)),
+                new_tokens=result.stats.new_tokens,
                 wall_s=wall,
                 rules_fired=sorted(ctx.stop_rules.fired),
             )

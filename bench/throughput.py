@@ -177,7 +177,7 @@ class MethodRunner:
             **policy_fields(self.config.draft_policy),
         )
         result = self.engine.complete(request)
-        return list(result.token_ids), dict(result.stats)
+        return list(result.token_ids), result.stats.as_dict()
 
     def _run_hf(self, method: str, prompt: BenchPrompt, limit: int) -> tuple[list[int], dict[str, Any]]:
         torch = self.torch

@@ -115,18 +115,9 @@ class CompletionRequest:
 
 
 @dataclass
-class CompletionResult:
-    text: str
-    finish_reason: FinishReason
-    token_ids: list[int] = field(default_factory=list)
-    # The local engine's EngineStats as a dict; other backends report what they know under the same names.
-    stats: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
 class EngineStats:
-    """What one local completion did. `CompletionResult.stats` carries it as a dict (`as_dict`), beside
-    whatever else a backend reports (a remote backend its server's timings)."""
+    """What one completion did. The local engine fills the counters; a remote backend fills what its server
+    reports under the same names, and the layers around a backend add why a result is empty."""
 
     prompt_tokens: int = 0
     reused_prompt_tokens: int = 0  # found in the KV cache from the previous call
@@ -142,6 +133,16 @@ class EngineStats:
     prefill_s: float = 0.0
     decode_s: float = 0.0
     wall_s: float = 0.0
+    # Set around the engine: why a result has no text, and the server's stop rules that cut it.
+    empty_reason: str = ""
+    stop_rules_fired: list[str] = field(default_factory=list)
+    waited_for_turn: bool = False  # cancelled while another session held a shared engine
+    # A remote backend: the endpoint (never its credentials), an error, and its server's own report.
+    remote: str = ""
+    error: str = ""
+    first_text_s: float | None = None
+    server_finish_reason: str = ""
+    server_timings: dict[str, Any] = field(default_factory=dict)
 
     def count_round(self, drafter: str, drafted: int, accepted: int, *, in_totals: bool) -> None:
         per = self.per_drafter.setdefault(drafter, {"rounds": 0, "drafted": 0, "accepted": 0})
@@ -169,6 +170,14 @@ SUMMED_STATS = (
     "new_tokens",
     "forced_tokens",
 )
+
+
+@dataclass
+class CompletionResult:
+    text: str
+    finish_reason: FinishReason
+    token_ids: list[int] = field(default_factory=list)
+    stats: EngineStats = field(default_factory=EngineStats)
 
 
 @dataclass(frozen=True)

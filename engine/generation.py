@@ -259,7 +259,7 @@ class Decoding:
             text=text,
             finish_reason=self.output.finish or unfinished,
             token_ids=token_ids,
-            stats=stats.as_dict(),
+            stats=stats,
         )
 
 

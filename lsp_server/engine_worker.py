@@ -23,6 +23,7 @@ from engine.api import (
     CancelToken,
     CompletionBackend,
     CompletionResult,
+    EngineStats,
     FinishReason,
     WarmingBackend,
     WarmResult,
@@ -301,7 +302,7 @@ class EngineWorker:
                 else self._prompts.finalize(result.text, ctx)
             )
             if ctx.stop_rules is not None and ctx.stop_rules.fired:  # for the statistics
-                result.stats["stop_rules_fired"] = sorted(ctx.stop_rules.fired)
+                result.stats.stop_rules_fired = sorted(ctx.stop_rules.fired)
         except Exception as exc:  # a fault in one request must not take the worker down
             logger.exception("completion failed")
             self._post(self._events.generation_done, generation, "", None, f"{type(exc).__name__}: {exc}")
@@ -385,4 +386,4 @@ def warm_offset(store: DocumentStore, uri: str, budget: int, count_tokens: Calla
 
 def _empty(finish: FinishReason, why: str) -> CompletionResult:
     """A result with no text that says why (counted in `specls/stats` under `empty_reasons`)."""
-    return CompletionResult("", finish, stats={"empty_reason": why})
+    return CompletionResult("", finish, stats=EngineStats(empty_reason=why))

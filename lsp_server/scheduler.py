@@ -501,7 +501,7 @@ class Scheduler:
             self.stats.last_error = f"completion failed: {error}"
             self._on_log(logging.ERROR, f"completion failed: {error}")
         cancelled = result is not None and result.finish_reason == "cancelled"
-        why = str(result.stats.get("empty_reason", "")) if result is not None else "failed"
+        why = result.stats.empty_reason if result is not None else "failed"
         if cancelled or error is not None:
             self._finish(generation, cancelled=True, failed=error is not None, reason=why or "cancelled")
         else:

@@ -66,12 +66,10 @@ class Statistics:
 
     def record_engine(self, result: CompletionResult) -> None:
         self.last_finish_reason = result.finish_reason
-        self.last_engine_stats = dict(result.stats)
+        self.last_engine_stats = result.stats.as_dict()
         for key in SUMMED_STATS:
-            value = result.stats.get(key)
-            if isinstance(value, int | float):
-                self.engine_totals[key] += int(value)
-        self.stop_rules_fired.update(result.stats.get("stop_rules_fired", ()))
+            self.engine_totals[key] += int(getattr(result.stats, key))
+        self.stop_rules_fired.update(result.stats.stop_rules_fired)
 
     def acceptance_rate(self) -> float | None:
         decided = self.accepted + self.rejected

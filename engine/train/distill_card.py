@@ -100,7 +100,7 @@ def generation_acceptance(
                 continue
             total = totals[label]
             for key in ("new_tokens", "target_forwards", "accepted", "decode_s"):
-                total[key] += result.stats[key]
+                total[key] += getattr(result.stats, key)
             total["same"] += result.token_ids == plain
     prompts_run = len(prompts)
     return {

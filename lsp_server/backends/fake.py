@@ -21,6 +21,7 @@ from engine.api import (
     CancelToken,
     CompletionRequest,
     CompletionResult,
+    EngineStats,
     FinishReason,
     OnText,
     WarmResult,
@@ -114,14 +115,12 @@ class FakeBackend:
         result = CompletionResult(
             text=text,
             finish_reason=finish,
-            stats={
-                "target_forwards": forwards,
-                "drafted": 0,
-                "accepted": 0,
-                "planned_tokens": len(tokens),
-                "prompt_tokens": self.count_tokens(request.prompt),
-                "wall_s": time.perf_counter() - started,
-            },
+            stats=EngineStats(
+                prompt_tokens=self.count_tokens(request.prompt),
+                target_forwards=forwards,
+                new_tokens=forwards,
+                wall_s=time.perf_counter() - started,
+            ),
         )
         self.calls.append((request, result))
         return result

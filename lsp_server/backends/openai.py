@@ -32,6 +32,7 @@ from engine.api import (
     CancelToken,
     CompletionRequest,
     CompletionResult,
+    EngineStats,
     FinishReason,
     OnText,
     cut_at_stop,
@@ -280,30 +281,26 @@ class OpenAIBackend:
     # --- results ---
 
     def _empty(self, finish: FinishReason, started: float, error: str | None = None) -> CompletionResult:
-        stats: dict[str, Any] = {"wall_s": time.monotonic() - started, "remote": self.endpoint.display}
-        if error:
-            stats["error"] = error
+        stats = EngineStats(
+            wall_s=time.monotonic() - started, remote=self.endpoint.display, error=error or ""
+        )
         return CompletionResult(text="", finish_reason=finish, stats=stats)
 
     def _result(self, state: _StreamState, started: float) -> CompletionResult:
         timings = state.timings
-        stats: dict[str, Any] = {
-            "wall_s": time.monotonic() - started,
-            "first_text_s": state.first_text_s,
-            "remote": self.endpoint.display,
-            "server_finish_reason": state.server_finish,
-        }
-        if "prompt_tokens" in state.usage:
-            stats["prompt_tokens"] = state.usage["prompt_tokens"]
-        if "completion_tokens" in state.usage:
-            stats["new_tokens"] = state.usage["completion_tokens"]  # same name as the local engine
-        if timings:
-            stats["server_timings"] = timings
-            if "cache_n" in timings:
-                stats["reused_prompt_tokens"] = timings["cache_n"]
-            if "draft_n" in timings:  # llama-server's own speculation, when it runs one
-                stats["drafted"] = timings["draft_n"]
-                stats["accepted"] = timings.get("draft_n_accepted", 0)
+        stats = EngineStats(
+            prompt_tokens=int(state.usage.get("prompt_tokens", 0)),
+            reused_prompt_tokens=int(timings.get("cache_n", 0)),
+            # llama-server's own speculation, when it runs one
+            drafted=int(timings.get("draft_n", 0)),
+            accepted=int(timings.get("draft_n_accepted", 0)),
+            new_tokens=int(state.usage.get("completion_tokens", 0)),
+            wall_s=time.monotonic() - started,
+            remote=self.endpoint.display,
+            first_text_s=state.first_text_s,
+            server_finish_reason=state.server_finish or "",
+            server_timings=dict(timings),
+        )
         return CompletionResult(text=state.text, finish_reason=state.finish or "eos", stats=stats)
 
     def _sleep_unless_cancelled(self, delay: float, cancel: CancelToken | None) -> bool:

@@ -21,6 +21,7 @@ from engine.api import (
     CompletionBackend,
     CompletionRequest,
     CompletionResult,
+    EngineStats,
     OnText,
 )
 from lsp_server.config import ServerSettings
@@ -135,7 +136,7 @@ class _SessionBackend:
     ) -> CompletionResult:
         ticket = self._entry.turns.acquire(cancel)
         if ticket is None:
-            return CompletionResult("", "cancelled", stats={"waited_for_turn": True})
+            return CompletionResult("", "cancelled", stats=EngineStats(waited_for_turn=True))
         try:
             return self._backend.complete(request, on_text=on_text, cancel=cancel)
         finally:

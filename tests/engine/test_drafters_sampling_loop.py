@@ -96,7 +96,7 @@ def run_trials(drafter_kind: str) -> tuple[Counter[tuple[int, ...]], dict[tuple[
         )
         assert len(result.token_ids) == NEW_TOKENS
         counts[tuple(result.token_ids)] += 1
-        drafted += result.stats["drafted"]
+        drafted += result.stats.drafted
     assert drafted >= TRIALS  # every trial really went through drafts
     return counts, target_joint(target)
 

@@ -42,15 +42,15 @@ def test_baseline_and_scripted_speculation_match_transformers(arch: str, prompt_
     decoder = make_decoder(model)
     baseline = autoregressive_generate(decoder, prompt, settings, decode=decode)
     assert baseline.token_ids == expected
-    assert baseline.stats["target_forwards"] == NEW_TOKENS
+    assert baseline.stats.target_forwards == NEW_TOKENS
     for k in (1, 3, 8):
         # The scripted drafter corrupts a different position each round, so every accept length occurs.
         drafter = ScriptedDrafter(prompt, expected, corrupt_every=3)
         result = speculative_generate(decoder, drafter, prompt, settings, FixedLength(k), decode=decode)
         assert result.token_ids == expected, f"k={k}"
         assert result.text == baseline.text
-        assert result.stats["target_forwards"] < NEW_TOKENS
-        assert result.stats["accepted"] == sum(n for n, _ in drafter.observed)
+        assert result.stats.target_forwards < NEW_TOKENS
+        assert result.stats.accepted == sum(n for n, _ in drafter.observed)
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
@@ -78,10 +78,10 @@ def test_every_real_drafter_keeps_greedy_output(arch: str, drafter: str) -> None
         assert result.token_ids == want, f"draft is target: {draft is target}"
         assert result.finish_reason == ("length" if len(want) == NEW_TOKENS else "eos")
         stats = result.stats
-        assert stats["drafted"] > 0
+        assert stats.drafted > 0
         if drafter != "model" or draft is target:
-            assert stats["accepted"] > 0, stats["per_drafter"]
-        assert stats["target_forwards"] == sum(stats["accepted_histogram"])
+            assert stats.accepted > 0, stats.per_drafter
+        assert stats.target_forwards == sum(stats.accepted_histogram)
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
@@ -98,4 +98,4 @@ def test_cache_reuse_across_calls_matches_fresh_engine(arch: str) -> None:
         assert result.token_ids == fresh.token_ids
         assert result.token_ids == hf_greedy(target, warm.encode(prompt), 16, stop_at=warm.eos_ids)
         if index in (1, 2):
-            assert result.stats["reused_prompt_tokens"] > 0
+            assert result.stats.reused_prompt_tokens > 0

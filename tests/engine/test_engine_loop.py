@@ -107,7 +107,7 @@ def test_a_rule_that_cuts_before_its_trigger_cuts_at_the_same_token_in_both_loop
         prompt, full.token_ids, corrupt_every=0
     )  # every draft is right: 9 tokens a round
     fast = speculative_generate(make_decoder(llama), drafter, prompt, settings, FixedLength(8), decode=decode)
-    assert fast.stats["target_forwards"] < plain.stats["target_forwards"]  # rounds of several tokens
+    assert fast.stats.target_forwards < plain.stats.target_forwards  # rounds of several tokens
     assert (fast.text, fast.token_ids, fast.finish_reason) == (plain.text, plain.token_ids, "stop")
     assert plain.text == full.text[: len(plain.text)] and len(plain.text) < 40
 
@@ -137,7 +137,7 @@ def test_cancel_returns_within_the_round_and_next_call_is_unaffected(build) -> N
         request = CompletionRequest(prompt=text, max_new_tokens=32, drafter=drafter, draft_policy=policy)
         result = engine.complete(request, cancel=token)
         assert result.finish_reason == "cancelled"
-        assert result.stats["target_forwards"] == 2  # cancelled while drafting round 3: no verify ran
+        assert result.stats.target_forwards == 2  # cancelled while drafting round 3: no verify ran
         assert len(result.token_ids) >= 2 and expected[: len(result.token_ids)] == result.token_ids
         again = engine.complete(CompletionRequest(prompt=text, max_new_tokens=32, drafter=drafter))
         assert again.token_ids == expected
@@ -181,7 +181,7 @@ def test_a_cancel_during_the_prefill_keeps_its_work_and_the_output_stays_the_sam
     warmed = engine.warm(request)  # and a warm-up (or the next request) goes on from it
     assert warmed.cached_tokens == warmed.prompt_tokens  # all but the last token, which a request feeds
     again = engine.complete(request)
-    assert again.stats["reused_prompt_tokens"] == warmed.prompt_tokens - 1
+    assert again.stats.reused_prompt_tokens == warmed.prompt_tokens - 1
     assert again.token_ids == expected
 
 
@@ -203,12 +203,12 @@ def test_cancel_from_on_text_between_draft_model_steps(llama, prompt_text) -> No
         cancel=token,
     )
     assert result.finish_reason == "cancelled"
-    assert result.stats["target_forwards"] == len(seen) == 1
+    assert result.stats.target_forwards == len(seen) == 1
     assert result.token_ids == expected[: len(result.token_ids)]
     assert engine.complete(CompletionRequest(prompt=prompt_text, max_new_tokens=32)).token_ids == expected
     # A token cancelled before the call starts yields an empty, cancelled result without touching caches.
     early = engine.complete(CompletionRequest(prompt=prompt_text, max_new_tokens=32), cancel=token)
-    assert (early.finish_reason, early.token_ids, early.stats["target_forwards"]) == ("cancelled", [], 0)
+    assert (early.finish_reason, early.token_ids, early.stats.target_forwards) == ("cancelled", [], 0)
 
 
 @pytest.mark.parametrize("drafter", ["model", "hybrid", "none"])
@@ -263,8 +263,8 @@ def test_long_prompt_is_truncated_from_the_left(llama, drafter) -> None:
     result = engine.complete(CompletionRequest(prompt=decode(ids), max_new_tokens=16, drafter=drafter))
     encoded = engine.encode(decode(ids))
     kept = encoded[-(WINDOW - 16) :]
-    assert result.stats["truncated_prompt_tokens"] == len(encoded) - len(kept)
-    assert result.stats["prompt_tokens"] == WINDOW - 16
+    assert result.stats.truncated_prompt_tokens == len(encoded) - len(kept)
+    assert result.stats.prompt_tokens == WINDOW - 16
     assert result.token_ids == hf_greedy(llama, kept, 16, stop_at=engine.eos_ids)
 
 
@@ -282,7 +282,7 @@ def test_hybrid_remembers_a_poorly_accepted_draft_model_across_calls(llama) -> N
         assert (
             result.token_ids == engine.complete(replace(request, drafter="none")).token_ids
         )  # still lossless
-        model_stats = result.stats["per_drafter"].get("model", {"rounds": 0, "accepted": 0, "drafted": 0})
+        model_stats = result.stats.per_drafter.get("model", {"rounds": 0, "accepted": 0, "drafted": 0})
         rounds.append(model_stats["rounds"])
     assert engine._hybrid_acceptance["model"] < 0.5
     assert rounds[0] > 0 and rounds[2] < rounds[0]  # later calls start with the model already benched

@@ -31,7 +31,7 @@ def test_load_pair_from_folders_and_complete(pair_dir: Path) -> None:
     info = engine.info()
     assert info.name == "local" and "<|sp_fim_middle|>" in info.special_tokens
     result = engine.complete(CompletionRequest(prompt="def add(a, b):", max_new_tokens=8))
-    assert result.stats["target_forwards"] >= 1 and result.finish_reason in ("length", "eos")
+    assert result.stats.target_forwards >= 1 and result.finish_reason in ("length", "eos")
 
 
 def test_describe_model_counts_parameters_without_loading(pair_dir: Path) -> None:

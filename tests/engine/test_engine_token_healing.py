@@ -87,7 +87,7 @@ def test_constrained_baseline_matches_the_no_cache_reference(arch: str) -> None:
         if forced[-1] in " \t":  # no second indentation, no empty first line
             assert result.text[:1] not in tuple(WHITESPACE), (forced, result.text)
         spelled = next(n for n in range(1, len(expected) + 1) if len(decode(expected[:n])) >= len(forced))
-        assert result.stats["forced_tokens"] == spelled
+        assert result.stats.forced_tokens == spelled
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
@@ -113,13 +113,13 @@ def test_greedy_speculation_with_a_forced_prefix_is_identical_to_the_baseline(
             got = engine.complete(request)
             assert got.token_ids == want.token_ids, (forced, draft is target)
             assert got.text == want.text
-            assert got.stats["forced_tokens"] == want.stats["forced_tokens"] >= 1
-            per = got.stats["per_drafter"]["forced"]
+            assert got.stats.forced_tokens == want.stats.forced_tokens >= 1
+            per = got.stats.per_drafter["forced"]
             assert per["rounds"] >= 1
             # The drafters' totals leave the forced spelling out: it is no drafter's guess.
-            others = [v for name, v in got.stats["per_drafter"].items() if name != "forced"]
-            assert got.stats["drafted"] == sum(v["drafted"] for v in others)
-            assert got.stats["accepted"] == sum(v["accepted"] for v in others)
+            others = [v for name, v in got.stats.per_drafter.items() if name != "forced"]
+            assert got.stats.drafted == sum(v["drafted"] for v in others)
+            assert got.stats.accepted == sum(v["accepted"] for v in others)
             forced_rounds["drafted"] += per["drafted"]
             forced_rounds["accepted"] += per["accepted"]
     # Random models often prefer another spelling than the tokenizer's: both outcomes were exercised.

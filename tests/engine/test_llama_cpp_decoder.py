@@ -115,7 +115,7 @@ def test_speculative_greedy_leaves_plain_only_at_near_ties(
         speculative = speculative_generate(
             decoder, drafter, prompt, settings, FixedLength(k), decode=tokenizer.decode
         )
-        assert speculative.stats["accepted"] > 0
+        assert speculative.stats.accepted > 0
         divergence = greedy_divergence(plain.token_ids, speculative.token_ids, recorder.margins)
         assert divergence is None or divergence.margin <= NEAR_TIE_MARGIN, divergence
 
@@ -134,4 +134,4 @@ def test_local_engine_runs_llama_cpp_by_default(model_dir: Path) -> None:
         prompt="import os\nimport sys\n\ndef main(", max_new_tokens=16, drafter="hybrid"
     )
     result = engine.complete(request)
-    assert result.stats["new_tokens"] > 0 and result.finish_reason in ("length", "eos")
+    assert result.stats.new_tokens > 0 and result.finish_reason in ("length", "eos")

@@ -190,7 +190,7 @@ def test_speculative_greedy_leaves_plain_greedy_only_at_near_ties(
             speculative = speculative_generate(
                 decoder, drafter, prompt, settings, FixedLength(k), decode=tokenizer.decode
             )
-            assert speculative.stats["accepted"] > 0
+            assert speculative.stats.accepted > 0
             assert_parts_only_at_a_near_tie(plain.token_ids, speculative.token_ids, recorder.margins)
             compared += 1
     assert compared == 4

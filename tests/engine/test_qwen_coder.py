@@ -92,8 +92,8 @@ def identical_for_every_drafter(
             result = complete(engine, prompt, drafter, **extra.get(drafter, {}), **request)
             assert result.token_ids == plain.token_ids, f"{drafter} differs on {prompt[-30:]!r}"
             assert result.finish_reason == plain.finish_reason
-            counts[drafter][0] += result.stats["accepted"]
-            counts[drafter][1] += result.stats["drafted"]
+            counts[drafter][0] += result.stats.accepted
+            counts[drafter][1] += result.stats.drafted
     return counts
 
 
@@ -146,5 +146,5 @@ def test_a_draft_with_int8_weights_leaves_fp32_greedy_output_unchanged() -> None
         # target step (AVX2 CPUs), and this test needs drafts to check.
         drafted = complete(engine, prompt, "model", draft_policy=FixedLength(4))
         assert drafted.token_ids == plain.token_ids, prompt[-30:]
-        accepted += drafted.stats["accepted"]
+        accepted += drafted.stats.accepted
     assert accepted > NEW_TOKENS

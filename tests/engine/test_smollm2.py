@@ -88,7 +88,7 @@ def test_every_drafter_is_token_identical_to_plain_greedy_in_fp32(engine: Any) -
         for drafter, result in runs.items():
             assert result.token_ids == plain.token_ids, f"{drafter} differs on {prompt[-30:]!r}"
             assert result.finish_reason == plain.finish_reason
-            accepted += result.stats["accepted"]
+            accepted += result.stats.accepted
     assert accepted > NEW_TOKENS  # drafts were really accepted, so the identity means something
 
 
@@ -110,7 +110,7 @@ def test_sampling_through_the_loop_follows_the_real_models_law(engine: Any) -> N
             decode=engine.decode,
         )
         counts[tuple(result.token_ids)] += 1
-        drafted += result.stats["drafted"]
+        drafted += result.stats.drafted
     assert drafted >= trials // 2  # the lookup drafter really proposed
     joint: dict[tuple[int, ...], float] = {}
     first = warp_logits(target.next_logits(tuple(prompt)), 1.0, top_k=top_k)

@@ -58,7 +58,7 @@ def test_bf16_speculative_greedy_leaves_plain_greedy_only_at_near_ties() -> None
             speculative = speculative_generate(
                 decoder, drafter, prompt, settings, length, decode=engine.decode
             )
-            accepted += speculative.stats["accepted"]
+            accepted += speculative.stats.accepted
             assert_parts_only_at_a_near_tie(plain.token_ids, speculative.token_ids, recorder.margins)
             compared += 1
     assert compared == 4

@@ -138,7 +138,7 @@ def test_distilled_draft_speculates_losslessly_on_its_teacher(distilled: distill
         request = CompletionRequest(prompt=prompt, max_new_tokens=16, drafter=drafter, draft_policy=fixed)
         result = engine.complete(request)
         assert result.token_ids == plain.token_ids, drafter
-        assert result.stats["drafted"] > 0, drafter
+        assert result.stats.drafted > 0, drafter
 
 
 def test_a_killed_run_resumes_from_its_cached_teacher_shards(

@@ -143,7 +143,7 @@ def test_streams_text_with_greedy_defaults_and_stop_strings(scripted: tuple[Scri
     body = script.bodies[0]
     assert body["temperature"] == 0.0 and body["max_tokens"] == 12 and body["stream"] is True
     assert body["stop"] == ["\n\n"] and body["model"] == "scripted" and body["prompt"] == "p"
-    assert result.stats["prompt_tokens"] == 3 and result.stats["new_tokens"] == 2
+    assert result.stats.prompt_tokens == 3 and result.stats.new_tokens == 2
 
 
 def test_info_reports_served_special_tokens_and_context(scripted: tuple[Script, str]) -> None:
@@ -237,7 +237,7 @@ def test_bad_request_is_an_error_result_not_an_outage(scripted: tuple[Script, st
     script.replies = [("status", 400, "prompt too long"), ("stream", ["fine"], 0)]
     backend = backend_for(url)
     result = backend.complete(CompletionRequest(prompt="p"))
-    assert result.finish_reason == "error" and "prompt too long" in result.stats["error"]
+    assert result.finish_reason == "error" and "prompt too long" in result.stats.error
     assert backend.complete(CompletionRequest(prompt="p")).text == "fine"
 
 

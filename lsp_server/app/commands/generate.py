@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
             "finish_reason": result.finish_reason,
             "mode": args.mode,
             "drafter": request.drafter,
-            "stats": result.stats,
+            "stats": result.stats.as_dict(),
         }
         print(json.dumps(payload))
         return 0
@@ -95,9 +95,9 @@ def run(args: argparse.Namespace) -> int:
     stats = result.stats
     tokens = len(result.token_ids)
     print(
-        f"[{result.finish_reason}] {tokens} tokens in {stats['wall_s']:.3f}s "
-        f"({tokens / max(stats['decode_s'], 1e-9):.1f} tok/s decode), "
-        f"{stats['target_forwards']} target forwards, {stats['accepted']}/{stats['drafted']} drafts accepted",
+        f"[{result.finish_reason}] {tokens} tokens in {stats.wall_s:.3f}s "
+        f"({tokens / max(stats.decode_s, 1e-9):.1f} tok/s decode), "
+        f"{stats.target_forwards} target forwards, {stats.accepted}/{stats.drafted} drafts accepted",
         file=sys.stderr,
     )
     return 0
