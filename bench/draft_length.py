@@ -13,6 +13,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from bench.metrics import markdown_table, median, write_result_files
 from bench.prompts import BenchPrompt, build_prompts
 from bench.throughput import MethodRunner, ThroughputConfig, environment
-from engine.api import DraftContext, DraftLengthPolicy, LearningDraftPolicy
+from engine.api import DraftChoice, DraftContext, DraftPolicy, LearningDraftPolicy
 from engine.sequences import first_divergence
 from lsp_server.context.syntax_context import SyntaxClassifier, identifiers_in, syntax_classifier
 
@@ -41,17 +42,18 @@ class RoundRecord:
 
 @dataclass
 class RecordingPolicy:
-    """A `DraftLengthPolicy` that delegates to `inner` and records every round by syntax context."""
+    """A `DraftPolicy` that delegates to `inner` and records every round by syntax context."""
 
-    inner: DraftLengthPolicy
+    inner: DraftPolicy
     classify: SyntaxClassifier
     rounds: list[RoundRecord] = field(default_factory=list)
     _pending: tuple[str, int] | None = None
 
-    def max_draft_tokens(self, ctx: DraftContext) -> int:
-        limit = self.inner.max_draft_tokens(ctx)
-        self._pending = (self.classify(ctx.text_before), limit)
-        return limit
+    def choose(self, options: Sequence[DraftContext]) -> DraftChoice:
+        choice = self.inner.choose(options)
+        if options:  # every offer sees the same text before the next token
+            self._pending = (self.classify(options[0].text_before), choice.length)
+        return choice
 
     def observe(self, drafter: str, num_drafted: int, num_accepted: int) -> None:
         if isinstance(self.inner, LearningDraftPolicy):
@@ -124,7 +126,7 @@ class PolicyFactory:
     def make(self, name: str, prompt: BenchPrompt) -> RecordingPolicy:
         from engine.drafters.length import FixedDraftPolicy, LearnedDraftPolicy
 
-        inner: DraftLengthPolicy
+        inner: DraftPolicy
         if name == "learned":
             inner = LearnedDraftPolicy(acceptance=self.learned)
         else:

@@ -39,7 +39,7 @@ from bench.prompts import BenchPrompt, build_prompts
 from engine.sequences import first_divergence
 
 if TYPE_CHECKING:
-    from engine.api import DraftLengthPolicy
+    from engine.api import DraftPolicy
     from engine.drafters.base import Drafter
     from engine.models import ModelSource
     from engine.service import LocalEngine
@@ -100,7 +100,7 @@ def policy_fields(name: str) -> dict[str, Any]:
 
     if name == "learned":
         return {}
-    policy: DraftLengthPolicy = FixedDraftPolicy(int(name))
+    policy: DraftPolicy = FixedDraftPolicy(int(name))
     return {"draft_policy": policy}
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -71,23 +71,34 @@ class CancelToken:
 
 @dataclass(frozen=True)
 class DraftContext:
-    """What a draft-length policy sees before each speculative round."""
+    """What a draft policy sees of one drafter's offer before a speculative round."""
 
     text_before: str  # the last few hundred characters before the next token (prompt tail + generated)
     generated: str  # completion text accepted so far
-    drafter: str  # name of the drafter proposing this round ("model", "lookup", "suffix", "stale")
+    drafter: str  # name of the drafter offering ("model", "lookup", "suffix", "stale")
     copy_found: bool  # True when a copying drafter (lookup, suffix, stale) found a match this round
     step_costs: StepCosts | None = None  # what longer drafts cost on this device; None when not measured
     match_len: int = 0  # tokens a copying drafter's match is anchored on (0 for a draft model)
 
 
-class DraftLengthPolicy(Protocol):
-    def max_draft_tokens(self, ctx: DraftContext) -> int: ...
+@dataclass(frozen=True)
+class DraftChoice:
+    option: int  # which of the offers drafts (an index into them); unused when `length` is 0
+    length: int  # how many tokens it drafts; 0: a plain step
+
+
+NO_DRAFT = DraftChoice(option=0, length=0)
+
+
+class DraftPolicy(Protocol):
+    """The one decider of a round's draft: given every drafter's offer, which one drafts and how far."""
+
+    def choose(self, options: Sequence[DraftContext]) -> DraftChoice: ...
 
 
 @runtime_checkable
-class LearningDraftPolicy(DraftLengthPolicy, Protocol):
-    """A policy that learns from each round it sized."""
+class LearningDraftPolicy(DraftPolicy, Protocol):
+    """A policy that learns from each round it chose."""
 
     def observe(self, drafter: str, num_drafted: int, num_accepted: int) -> None: ...
 
@@ -106,7 +117,7 @@ class CompletionRequest:
     previous_completion: str = ""  # an earlier suggestion whose remainder may be re-verified in one pass
     drafter: str = "hybrid"  # "model" | "lookup" | "suffix" | "stale" | "hybrid" | "none"
     stop_check: StopCheck | None = None
-    draft_policy: DraftLengthPolicy | None = None  # overrides the engine's own (benchmarks, tests)
+    draft_policy: DraftPolicy | None = None  # overrides the engine's own (benchmarks, tests)
     # Benchmarks: generate max_new_tokens whatever the model says, so every method does the same work.
     ignore_end_of_text: bool = False
     # Token healing: text the completion must begin with, already typed and left out of the prompt's end

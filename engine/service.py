@@ -24,7 +24,7 @@ from engine.api import (
     CancelToken,
     CompletionRequest,
     CompletionResult,
-    DraftLengthPolicy,
+    DraftPolicy,
     OnText,
     WarmResult,
 )
@@ -48,7 +48,6 @@ from engine.speculative import PollingDecoder, speculative_generate
 
 if TYPE_CHECKING:
     from engine.decoder import CausalDecoder
-    from engine.drafters.plan import PlanningDrafter
 
 
 # The static KV cache is allocated for the whole window: Qwen2.5's 32,768 positions would cost 0.8 GB (0.5B,
@@ -163,7 +162,6 @@ class LocalEngine:
             )
         self.eos_ids = end_of_text_ids(self.tokenizer, self.pair.target)
         self._lookup: tuple[tuple[str, ...], PromptLookupDrafter] | None = None
-        self._hybrid_acceptance: dict[str, float] = {}  # per-drafter trust, learned across calls
         self.draft_acceptance = DraftAcceptance()  # how long each drafter's drafts hold, on this model
         self._lock = threading.Lock()
         self.token_texts = TokenTexts.from_tokenizer(self.tokenizer)
@@ -273,7 +271,7 @@ class LocalEngine:
         # The last prompt token is never cached (the first decode step feeds it): all but it is all.
         return WarmResult(len(fitted) if cached >= len(fitted) - 1 else cached, len(fitted))
 
-    def _draft_policy(self, request: CompletionRequest) -> DraftLengthPolicy:
+    def _draft_policy(self, request: CompletionRequest) -> DraftPolicy:
         """The request's own policy, else the learned one: learning into this model's acceptance, or from
         scratch for a seeded request (which then samples the same tokens every time, on any engine)."""
         if request.draft_policy is not None:
@@ -298,13 +296,9 @@ class LocalEngine:
         stale = None
         if stale_ids and kind in ("stale", "hybrid"):
             stale = StaleCompletionDrafter(stale_ids, text=request.previous_completion, encode=self.encode)
-        single: dict[str, PlanningDrafter | None] = {"model": model, "lookup": lookup, "suffix": suffix}
+        single: dict[str, Drafter | None] = {"model": model, "lookup": lookup, "suffix": suffix}
         if kind == "hybrid":
-            # Trust learned in earlier calls carries over, so a draft model that is mostly rejected stays
-            # benched instead of costing every new (often short) completion its first rounds. A seeded
-            # request starts afresh, so it samples the same tokens whatever ran before it.
-            learned = self._hybrid_acceptance if request.seed is None else None
-            return HybridDrafter(model=model, lookup=lookup, suffix=suffix, stale=stale, acceptance=learned)
+            return HybridDrafter(model=model, lookup=lookup, suffix=suffix, stale=stale)
         if kind == "stale":  # an earlier completion first, the draft model when it runs out
             return HybridDrafter(model=model, stale=stale)
         chosen = single[kind]

@@ -18,20 +18,19 @@ from engine.api import (
     CancelToken,
     CompletionResult,
     DraftContext,
-    DraftLengthPolicy,
+    DraftPolicy,
     LearningDraftPolicy,
     OnText,
 )
 from engine.costs import StepCosts
 from engine.decoder import CausalDecoder
-from engine.drafters.base import Draft, Drafter
+from engine.drafters.base import Draft, Drafter, DraftPlan
 from engine.drafters.forced import ForcedPrefixDrafter
-from engine.drafters.plan import DraftPlan, PlanningDrafter
 from engine.generation import Decode, DecodeSettings, OutputTracker, start_decoding
 from engine.healing import ForcedPrefix
 from engine.verify import greedy_accept, speculative_sample_accept
 
-CONTEXT_CHARS = 400  # characters of text before the next token that a draft-length policy sees
+CONTEXT_CHARS = 400  # characters of text before the next token that a draft policy sees
 
 
 class DraftCancelled(Exception):
@@ -68,7 +67,7 @@ def speculative_generate(
     drafter: Drafter,
     prompt_ids: list[int],
     settings: DecodeSettings,
-    policy: DraftLengthPolicy,
+    policy: DraftPolicy,
     *,
     decode: Decode,
     on_text: OnText | None = None,
@@ -100,20 +99,23 @@ def speculative_generate(
         stats, picker, output = run.stats, run.picker, run.output
         context = list(run.prompt_ids)
         while output.finish is None:
-            # 2. Size this round's draft: the drafter says what it can offer, the policy picks k (unless the
-            #    drafter fixed it: a forced prefix's spelling).
+            # 2. Decide this round's draft: the drafter offers its plans, the policy picks one and its
+            #    length (unless a plan fixed it: a forced prefix's spelling).
             if _cancelled(cancel):
                 break
             room = min(output.remaining - 1, target.max_length - len(context))
-            plan = _plan(drafter, context)
-            sized_by_policy = plan.length is None
-            if plan.length is None:
-                k = min(_draft_length(plan, policy, context, output, decode, step_costs), room)
-            else:
-                k = min(plan.length, room)
+            plans = drafter.plans(context)
+            fixed = next(((plan, plan.length) for plan in plans if plan.length is not None), None)
+            sized_by_policy = fixed is None
+            plan, k = fixed or _choose(plans, policy, context, output, decode, step_costs)
+            k = min(k, room)
             # 3. Draft; a draft model polls the cancel token before each of its steps (`PollingDecoder`).
             try:
-                draft = drafter.propose(context, k) if k > 0 else Draft([], None, "none")
+                draft = (
+                    drafter.propose(context, k, plan)
+                    if plan is not None and k > 0
+                    else Draft([], None, "none")
+                )
             except DraftCancelled:
                 break
             draft_ids = draft.token_ids[: max(0, k)]
@@ -155,27 +157,30 @@ def _unconstrained(logits: torch.Tensor, path: Sequence[int]) -> torch.Tensor:
     return logits
 
 
-def _plan(drafter: Drafter, context: list[int]) -> DraftPlan:
-    """What the drafter will offer this round (planning drafters say which of them, and if it is free)."""
-    if isinstance(drafter, PlanningDrafter):
-        return drafter.plan(context)
-    return DraftPlan(drafter.name, copy_found=False)
-
-
-def _draft_length(
-    plan: DraftPlan,
-    policy: DraftLengthPolicy,
+def _choose(
+    plans: Sequence[DraftPlan],
+    policy: DraftPolicy,
     context: list[int],
     output: OutputTracker,
     decode: Decode,
     step_costs: StepCosts | None,
-) -> int:
-    ctx = DraftContext(
-        text_before=decode(context[-CONTEXT_CHARS // 3 :])[-CONTEXT_CHARS:],
-        generated=output.text,
-        drafter=plan.drafter,
-        copy_found=plan.copy_found,
-        step_costs=step_costs,
-        match_len=plan.match_len,
-    )
-    return max(0, int(policy.max_draft_tokens(ctx)))
+) -> tuple[DraftPlan | None, int]:
+    """Ask the policy which plan drafts and how far; (None, 0) when nothing is offered or nothing pays."""
+    if not plans:
+        return None, 0
+    text_before = decode(context[-CONTEXT_CHARS // 3 :])[-CONTEXT_CHARS:]
+    options = [
+        DraftContext(
+            text_before=text_before,
+            generated=output.text,
+            drafter=plan.drafter,
+            copy_found=plan.copy_found,
+            step_costs=step_costs,
+            match_len=plan.match_len,
+        )
+        for plan in plans
+    ]
+    choice = policy.choose(options)
+    if choice.length <= 0:
+        return None, 0
+    return plans[choice.option], choice.length

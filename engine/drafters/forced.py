@@ -11,15 +11,14 @@ re-align on what follows it.
 
 from __future__ import annotations
 
-from engine.drafters.base import Draft, Drafter
-from engine.drafters.plan import DraftPlan, PlanningDrafter, RealigningDrafter
+from engine.drafters.base import Draft, Drafter, DraftPlan, RealigningDrafter
 from engine.healing import ForcedPrefix
 
 FORCED = "forced"  # the name its spelling rounds are counted under, apart from every drafter's
 
 
 class ForcedPrefixDrafter:
-    """Implements `PlanningDrafter` around any `Drafter`."""
+    """A `Drafter` around any `Drafter`."""
 
     def __init__(self, inner: Drafter, forced: ForcedPrefix) -> None:
         self.inner = inner
@@ -27,19 +26,16 @@ class ForcedPrefixDrafter:
         self.name = inner.name
         self._spelling = False  # the round in flight drafts the forced text
 
-    def plan(self, context_ids: list[int]) -> DraftPlan:
+    def plans(self, context_ids: list[int]) -> list[DraftPlan]:
         self._spelling = self.forced.active  # the loop plans every round, before it drafts
         if self._spelling:
-            lead = self.forced.lead_ids()
-            return DraftPlan(FORCED, copy_found=True, length=len(lead))
-        if isinstance(self.inner, PlanningDrafter):
-            return self.inner.plan(context_ids)
-        return DraftPlan(self.inner.name, copy_found=False)
+            return [DraftPlan(FORCED, copy_found=True, length=len(self.forced.lead_ids()))]
+        return self.inner.plans(context_ids)
 
-    def propose(self, context_ids: list[int], max_tokens: int) -> Draft:
+    def propose(self, context_ids: list[int], max_tokens: int, plan: DraftPlan | None = None) -> Draft:
         if self._spelling:
             return Draft(self.forced.lead_ids()[:max_tokens], None, FORCED)
-        return self.inner.propose(context_ids, max_tokens)
+        return self.inner.propose(context_ids, max_tokens, plan)
 
     def observe(self, context_ids: list[int], num_accepted: int, num_drafted: int) -> None:
         spelling, self._spelling = self._spelling, False

@@ -1,13 +1,16 @@
-"""Draft-length control, in one place: how many tokens a drafter proposes each round.
+"""Each round's draft decision, in one place: which drafter drafts and how many tokens.
 
 - `LearnedDraftPolicy` (what the engine uses): keeps, per drafter, how long its drafts have held (an
-  `AcceptanceCurve`, starting from the priors below), and each round picks the length with the most
-  expected tokens per unit of verify cost on this device (`engine.drafters.sizing.best_draft_length`).
+  `AcceptanceCurve`, starting from the priors below). Each round it prices every drafter's offer at its best
+  length by expected tokens per unit of verify cost on this device (`engine.drafters.sizing`), a draft
+  model's own steps included, and picks the best offer, or a plain step when none beats it. A drafter whose
+  drafts keep failing so loses its rounds to the others (or to plain steps), and its evidence fades while it
+  loses, so it is tried again later. An earlier suggestion's remainder (stale) is re-verified whole.
   Two things known about a round split what is learned, because each measurably changes how long drafts
   hold: the drafter's last draft held whole (code repeats in runs), and a copied match is anchored on
   `LONG_ANCHOR`+ tokens. What is learned (`DraftAcceptance`) belongs to the loaded model
   (`LocalEngine.draft_acceptance`).
-- `FixedDraftPolicy`, the baseline: the same length everywhere.
+- `FixedDraftPolicy`, the baseline: the first offer, at the same length everywhere.
 
 `specls bench draft-length` compares them and measures acceptance per syntax context. Splitting what is
 learned by syntax context as well, or shifting it by syntax, lost to this policy on the bundled pair and on
@@ -16,10 +19,12 @@ SmolLM2-135M; so did an adaptive grow/shrink schedule (bench/README.md, "Draft l
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from engine.api import DraftContext
+from engine.api import NO_DRAFT, DraftChoice, DraftContext
 from engine.costs import ASSUMED_COSTS
 from engine.drafters.caps import LONG_ANCHOR, MAX_LENGTH, STALE_LENGTH
 from engine.drafters.sizing import AcceptanceCurve, best_draft_length
@@ -75,7 +80,7 @@ def _kind(drafter: str) -> str:
 
 @dataclass
 class LearnedDraftPolicy:
-    """An engine.api.DraftLengthPolicy that sizes each draft from the acceptance its drafter has seen.
+    """An engine.api.DraftPolicy that prices each offer from the acceptance its drafter has seen.
 
     Share one `acceptance` across requests (`LocalEngine` keeps one per loaded model) so the policy learns.
     """
@@ -83,26 +88,31 @@ class LearnedDraftPolicy:
     acceptance: DraftAcceptance = field(default_factory=DraftAcceptance)
     max_length: int = MAX_LENGTH["copy"]
     stale_length: int = STALE_LENGTH
-    retry_factor: float = 0.99  # each round a drafter is not drafted, its evidence fades toward the prior
+    retry_factor: float = 0.99  # each round a drafter does not draft, its evidence fades toward the prior
     _pending: tuple[str, str] | None = None  # (drafter, situation) of the round in flight
     _held_whole: set[str] = field(default_factory=set)  # drafters whose last draft was accepted whole
 
-    def max_draft_tokens(self, ctx: DraftContext) -> int:
+    def choose(self, options: Sequence[DraftContext]) -> DraftChoice:
         self._pending = None
-        if ctx.drafter == "none":
-            return 0
-        if ctx.drafter == "stale":
-            return self.stale_length
-        situation = self.situation(ctx)
-        probs = self.acceptance.continue_probs(ctx.drafter, situation)
-        costs = ctx.step_costs or ASSUMED_COSTS
-        by_model = ctx.drafter == "model"
-        k = best_draft_length(probs, lambda k: costs.round_cost(k, by_model), self.max_length)
-        if k == 0:
-            self.acceptance.forget(ctx.drafter, situation, self.retry_factor)
-        else:
-            self._pending = (ctx.drafter, situation)
-        return k
+        for i, ctx in enumerate(options):
+            if ctx.drafter == "stale":  # an earlier suggestion's remainder: usually right, verified whole
+                return DraftChoice(i, self.stale_length)
+        best, best_rate, best_key = NO_DRAFT, 1.0, None  # a plain step yields one token per step
+        priced: list[tuple[str, str]] = []
+        for i, ctx in enumerate(options):
+            key = (ctx.drafter, self.situation(ctx))
+            priced.append(key)
+            probs = self.acceptance.continue_probs(*key)
+            costs = ctx.step_costs or ASSUMED_COSTS
+            round_cost = functools.partial(costs.round_cost, drafted_by_model=ctx.drafter == "model")
+            k, rate = best_draft_length(probs, round_cost, self.max_length)
+            if k > 0 and rate > best_rate:
+                best, best_rate, best_key = DraftChoice(i, k), rate, key
+        for key in priced:
+            if key != best_key:
+                self.acceptance.forget(*key, self.retry_factor)
+        self._pending = best_key
+        return best
 
     def situation(self, ctx: DraftContext) -> str:
         """What else is known about this round: "streak" right after the drafter's last draft held whole,
@@ -126,9 +136,9 @@ class LearnedDraftPolicy:
 
 @dataclass(frozen=True)
 class FixedDraftPolicy:
-    """The baseline the learned policy is compared against: the same length everywhere."""
+    """The baseline the learned policy is compared against: the first offer, at the same length everywhere."""
 
     length: int
 
-    def max_draft_tokens(self, ctx: DraftContext) -> int:
-        return self.length
+    def choose(self, options: Sequence[DraftContext]) -> DraftChoice:
+        return DraftChoice(0, self.length) if options else NO_DRAFT

@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from engine.drafters.base import Draft
+from engine.drafters.base import Draft, DraftPlan
 from engine.drafters.caps import MAX_LENGTH
-from engine.drafters.plan import DraftPlan
 
 
 class NgramIndex:
@@ -149,13 +148,11 @@ class PromptLookupDrafter:
         tokens = continue_from(seq, start, limit, self.stop_ids, periodic=source == "context")
         return _Match(tokens, n, source) if tokens else None
 
-    def plan(self, context_ids: list[int]) -> DraftPlan:
+    def plans(self, context_ids: list[int]) -> list[DraftPlan]:
         match = self._match(context_ids, self.max_tokens)
-        if match is None:
-            return DraftPlan(self.name, copy_found=False, match_len=0)
-        return DraftPlan(self.name, copy_found=True, match_len=match.ngram)
+        return [DraftPlan(self.name, copy_found=True, match_len=match.ngram)] if match is not None else []
 
-    def propose(self, context_ids: list[int], max_tokens: int) -> Draft:
+    def propose(self, context_ids: list[int], max_tokens: int, plan: DraftPlan | None = None) -> Draft:
         match = self._match(context_ids, max_tokens)
         return Draft(token_ids=match.tokens if match else [], draft_probs=None, drafter=self.name)
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import torch
 
 from engine.decoder import CausalDecoder
-from engine.drafters.base import Draft
+from engine.drafters.base import Draft, DraftPlan
 from engine.drafters.caps import MAX_LENGTH
-from engine.drafters.plan import DraftPlan
 from engine.sequences import common_prefix_length
 from engine.verify import warp_logits
 
@@ -52,8 +51,8 @@ class ModelDrafter:
         self._draft_base: int | None = None  # cached context tokens when the pending draft began
         self._cached_len = 0  # tokens in the decoder's cache after the pending draft
 
-    def plan(self, context_ids: list[int]) -> DraftPlan:
-        return DraftPlan(self.name, copy_found=False)
+    def plans(self, context_ids: list[int]) -> list[DraftPlan]:
+        return [DraftPlan(self.name, copy_found=False)]
 
     def _window_start(self, context_len: int, k: int) -> int:
         """Left-truncate when the context plus the draft does not fit the decoder's window.
@@ -76,7 +75,7 @@ class ModelDrafter:
         return self.decoder.forward(view[keep:])[-1]
 
     @torch.inference_mode()
-    def propose(self, context_ids: list[int], max_tokens: int) -> Draft:
+    def propose(self, context_ids: list[int], max_tokens: int, plan: DraftPlan | None = None) -> Draft:
         k = min(max_tokens, self.max_tokens, self.decoder.max_length // 2)  # leave room for context
         if k <= 0 or not context_ids:
             return Draft(token_ids=[], draft_probs=None, drafter=self.name)

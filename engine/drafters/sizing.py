@@ -24,10 +24,13 @@ def expected_accepted_by_length(continue_probs: Sequence[float]) -> list[float]:
 
 def best_draft_length(
     continue_probs: Sequence[float], round_cost: Callable[[int], float], max_length: int
-) -> int:
-    """The k in 0..max_length with the most expected tokens per unit of cost (0: a plain step pays best)."""
+) -> tuple[int, float]:
+    """The k in 0..max_length with the most expected tokens per unit of cost (0: a plain step pays best),
+    and that rate (a plain step's is 1)."""
     expected = expected_accepted_by_length(continue_probs[:max_length])
-    return max(range(len(expected)), key=lambda k: (1.0 + expected[k]) / round_cost(k))
+    rates = [(1.0 + accepted) / round_cost(k) for k, accepted in enumerate(expected)]
+    best = max(range(len(rates)), key=rates.__getitem__)
+    return best, rates[best]
 
 
 @dataclass

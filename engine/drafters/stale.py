@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from engine.drafters.base import Draft
+from engine.drafters.base import Draft, DraftPlan
 from engine.drafters.caps import STALE_LENGTH
-from engine.drafters.plan import DraftPlan
 
 
 class StaleCompletionDrafter:
@@ -82,11 +81,11 @@ class StaleCompletionDrafter:
         self._progress = start
         return self.completion[start : start + min(max_tokens, self.max_tokens)], overlap
 
-    def plan(self, context_ids: list[int]) -> DraftPlan:
+    def plans(self, context_ids: list[int]) -> list[DraftPlan]:
         tokens, overlap = self._remainder(context_ids, self.max_tokens)
-        return DraftPlan(self.name, copy_found=bool(tokens), match_len=overlap)
+        return [DraftPlan(self.name, copy_found=True, match_len=overlap)] if tokens else []
 
-    def propose(self, context_ids: list[int], max_tokens: int) -> Draft:
+    def propose(self, context_ids: list[int], max_tokens: int, plan: DraftPlan | None = None) -> Draft:
         tokens = self._remainder(context_ids, max_tokens)[0]
         return Draft(token_ids=tokens, draft_probs=None, drafter=self.name)
 

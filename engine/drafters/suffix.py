@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from engine.drafters.base import Draft
+from engine.drafters.base import Draft, DraftPlan
 from engine.drafters.caps import MAX_LENGTH
 from engine.drafters.lookup import NgramIndex, continue_from
-from engine.drafters.plan import DraftPlan
 
 
 class SuffixDrafter:
@@ -41,11 +40,11 @@ class SuffixDrafter:
         limit = min(max_tokens, self.max_tokens)
         return continue_from(self._index.tokens, start, limit, self.stop_ids), ngram
 
-    def plan(self, context_ids: list[int]) -> DraftPlan:
+    def plans(self, context_ids: list[int]) -> list[DraftPlan]:
         tokens, ngram = self._match(context_ids, self.max_tokens)
-        return DraftPlan(self.name, copy_found=bool(tokens), match_len=ngram)
+        return [DraftPlan(self.name, copy_found=True, match_len=ngram)] if tokens else []
 
-    def propose(self, context_ids: list[int], max_tokens: int) -> Draft:
+    def propose(self, context_ids: list[int], max_tokens: int, plan: DraftPlan | None = None) -> Draft:
         return Draft(token_ids=self._match(context_ids, max_tokens)[0], draft_probs=None, drafter=self.name)
 
     def observe(self, context_ids: list[int], num_accepted: int, num_drafted: int) -> None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from engine.drafters.base import Draft
+from engine.api import NO_DRAFT, DraftChoice, DraftContext
+from engine.drafters.base import Draft, DraftPlan
 from engine.models import ModelPair, ModelSource
 from engine.precision import NEAR_TIE_MARGIN, greedy_divergence
 from engine.service import LocalEngine
@@ -123,7 +124,10 @@ class ScriptedDrafter:
         self.calls = 0
         self.observed: list[tuple[int, int]] = []
 
-    def propose(self, context_ids: list[int], max_tokens: int) -> Draft:
+    def plans(self, context_ids: list[int]) -> list[DraftPlan]:
+        return [DraftPlan(self.name, copy_found=True)]
+
+    def propose(self, context_ids: list[int], max_tokens: int, plan: DraftPlan | None = None) -> Draft:
         self.calls += 1
         start = len(context_ids)
         tokens = list(self.reference[start : start + max_tokens])
@@ -140,8 +144,8 @@ class FixedLength:
     def __init__(self, k: int) -> None:
         self.k = k
 
-    def max_draft_tokens(self, ctx: object) -> int:
-        return self.k
+    def choose(self, options: Sequence[DraftContext]) -> DraftChoice:
+        return DraftChoice(0, self.k) if options else NO_DRAFT
 
 
 def save_pair(

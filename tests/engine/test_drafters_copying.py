@@ -28,8 +28,7 @@ def test_lookup_prefers_a_longer_ngram_over_a_more_recent_one() -> None:
 def test_lookup_never_matches_the_tail_with_itself() -> None:
     drafter = PromptLookupDrafter(min_ngram=2, max_ngram=4)
     assert drafter.propose([1, 2, 3, 4, 5], 8).token_ids == []
-    plan = drafter.plan([1, 2, 3, 4, 5])
-    assert not plan.copy_found
+    assert drafter.plans([1, 2, 3, 4, 5]) == []
 
 
 def test_lookup_respects_min_ngram() -> None:
@@ -47,7 +46,7 @@ def test_lookup_searches_other_files_and_stops_at_their_end() -> None:
     other_file = [20, 21, 22, 23, 24]
     drafter = PromptLookupDrafter([other_file], min_ngram=2)
     assert drafter.propose([1, 2, 21, 22], 10).token_ids == [23, 24]
-    plan = drafter.plan([1, 2, 21, 22])
+    (plan,) = drafter.plans([1, 2, 21, 22])
     assert plan.copy_found and plan.match_len == 2
 
 
@@ -135,7 +134,7 @@ def test_suffix_prefers_the_match_nearest_the_cursor() -> None:
 def test_suffix_without_a_match_proposes_nothing() -> None:
     drafter = SuffixDrafter([10, 11, 12])
     assert drafter.propose([1, 2, 3], 5).token_ids == []
-    assert not drafter.plan([1, 2, 3]).copy_found
+    assert drafter.plans([1, 2, 3]) == []
 
 
 def test_suffix_stops_before_stop_ids_and_at_max_tokens() -> None:
@@ -152,7 +151,7 @@ EARLIER = [1, 2, 3, 4, 5, 6]
 
 def test_stale_proposes_the_whole_remainder_in_the_first_round() -> None:
     drafter = StaleCompletionDrafter(EARLIER)
-    plan = drafter.plan(PROMPT)
+    (plan,) = drafter.plans(PROMPT)
     assert plan.drafter == "stale" and plan.copy_found
     draft = drafter.propose(PROMPT, 32)
     assert draft.token_ids == EARLIER and draft.drafter == "stale" and draft.draft_probs is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 import pytest
@@ -18,8 +19,9 @@ from engine_core_support import (
     tiny_llama,
 )
 
-from engine.api import CancelToken, CompletionRequest, DraftContext
+from engine.api import CancelToken, CompletionRequest, DraftChoice, DraftContext
 from engine.autoregressive import autoregressive_generate
+from engine.costs import StepCosts
 from engine.drafters.length import FixedDraftPolicy
 from engine.generation import DecodeSettings
 from engine.hf_decoder import make_decoder
@@ -118,11 +120,11 @@ class CancelAfterRounds:
     def __init__(self, token: CancelToken, rounds: int, k: int = 3) -> None:
         self.token, self.rounds, self.k, self.calls = token, rounds, k, 0
 
-    def max_draft_tokens(self, ctx: DraftContext) -> int:
+    def choose(self, options: Sequence[DraftContext]) -> DraftChoice:
         self.calls += 1
         if self.calls > self.rounds:
             self.token.cancel()
-        return self.k
+        return DraftChoice(0, self.k)
 
 
 @pytest.mark.parametrize("build", [tiny_llama, tiny_gpt2], ids=["llama", "gpt2"])
@@ -268,15 +270,14 @@ def test_long_prompt_is_truncated_from_the_left(llama, drafter) -> None:
     assert result.token_ids == hf_greedy(llama, kept, 16, stop_at=engine.eos_ids)
 
 
-def test_hybrid_remembers_a_poorly_accepted_draft_model_across_calls(llama) -> None:
+def test_the_engine_remembers_a_poorly_accepted_draft_model_across_calls(llama) -> None:
     engine = local_engine(llama, tiny_llama(seed=77))  # an unrelated draft: mostly rejected
+    # Priced as on a GPU (a draft step nearly free, wide verifies flat), so the model is worth trying at first.
+    engine.step_costs = StepCosts(widths=(1, 32), verify=(1.0, 1.05), draft_step=0.02)
     rounds = []
     for seed in (40, 41, 42):
         request = CompletionRequest(
-            prompt=decode(prompt_ids(20, seed=seed)),
-            max_new_tokens=24,
-            drafter="hybrid",
-            draft_policy=FixedDraftPolicy(4),  # the model drafts whenever the hybrid trusts it
+            prompt=decode(prompt_ids(20, seed=seed)), max_new_tokens=24, drafter="hybrid"
         )
         result = engine.complete(request)
         assert (
@@ -284,5 +285,6 @@ def test_hybrid_remembers_a_poorly_accepted_draft_model_across_calls(llama) -> N
         )  # still lossless
         model_stats = result.stats.per_drafter.get("model", {"rounds": 0, "accepted": 0, "drafted": 0})
         rounds.append(model_stats["rounds"])
-    assert engine._hybrid_acceptance["model"] < 0.5
+    first_token_holds = engine.draft_acceptance.continue_probs("model", "")[0]
+    assert first_token_holds < 0.5
     assert rounds[0] > 0 and rounds[2] < rounds[0]  # later calls start with the model already benched

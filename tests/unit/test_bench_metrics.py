@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import pytest
 
@@ -16,7 +17,7 @@ from bench.metrics import (
     theoretical_speedup,
 )
 from bench.throughput import Run, summarize, verify_cost_at
-from engine.api import DraftContext
+from engine.api import DraftChoice, DraftContext
 from lsp_server.context import syntax_context_of
 
 
@@ -113,8 +114,8 @@ class _Fixed:
     def __init__(self) -> None:
         self.observed: list[tuple[str, int, int]] = []
 
-    def max_draft_tokens(self, ctx: DraftContext) -> int:
-        return 4
+    def choose(self, options: Sequence[DraftContext]) -> DraftChoice:
+        return DraftChoice(0, 4)
 
     def observe(self, drafter: str, num_drafted: int, num_accepted: int) -> None:
         self.observed.append((drafter, num_drafted, num_accepted))
@@ -124,7 +125,7 @@ def test_recording_policy_names_contexts_and_forwards_observations() -> None:
     inner = _Fixed()
     policy = RecordingPolicy(inner, syntax_context_of)
     for text_before, drafted, accepted in (("x = 1\n", 4, 4), ("foo(", 4, 1), ("a +", 3, 0)):
-        assert policy.max_draft_tokens(DraftContext(text_before, "", "model", False)) == 4
+        assert policy.choose([DraftContext(text_before, "", "model", False)]) == DraftChoice(0, 4)
         policy.observe("model", drafted, accepted)
     assert [r.syntax_context for r in policy.rounds] == ["indentation", "after-open", "after-operator"]
     assert inner.observed == [("model", 4, 4), ("model", 4, 1), ("model", 3, 0)]

@@ -17,11 +17,11 @@ def test_expected_accepted_multiplies_continuation_rates() -> None:
 
 def test_best_draft_length_trades_tokens_against_cost() -> None:
     # Tokens per cost: k=0 1/1, k=1 1.9/1.2, k=2 1.99/1.4, k=3 2.071/1.6: one draft pays best.
-    assert best_draft_length([0.9, 0.1, 0.9], lambda k: 1 + 0.2 * k, 3) == 1
-    assert best_draft_length([0.9] * 16, lambda k: 1.0, 16) == 16  # free verifies: draft all the way
-    assert best_draft_length([0.9] * 16, lambda k: 1.0, 5) == 5
+    assert best_draft_length([0.9, 0.1, 0.9], lambda k: 1 + 0.2 * k, 3)[0] == 1
+    assert best_draft_length([0.9] * 16, lambda k: 1.0, 16)[0] == 16  # free verifies: draft all the way
+    assert best_draft_length([0.9] * 16, lambda k: 1.0, 5)[0] == 5
     assert (
-        best_draft_length([0.3] * 8, lambda k: 1.3 + 0.1 * k if k else 1.0, 8) == 0
+        best_draft_length([0.3] * 8, lambda k: 1.3 + 0.1 * k if k else 1.0, 8)[0] == 0
     )  # a plain step pays best
 
 
