@@ -113,7 +113,11 @@ class DraftLengthConfig:
 
 
 def policy_names() -> tuple[str, ...]:
-    return ("learned", *(f"fixed-{k}" for k in FIXED_LENGTHS))
+    return ("learned", NO_CONFIDENCE_STOP, *(f"fixed-{k}" for k in FIXED_LENGTHS))
+
+
+# The engine's policy with the draft model's confidence stop off: does that stop pay?
+NO_CONFIDENCE_STOP = "learned-no-confidence-stop"
 
 
 @dataclass
@@ -122,6 +126,7 @@ class PolicyFactory:
     engine keeps it across keystrokes; "fixed-k" drafts k tokens everywhere."""
 
     learned: DraftAcceptance = field(default_factory=lambda: _new_acceptance())
+    learned_without_stop: DraftAcceptance = field(default_factory=lambda: _new_acceptance())
 
     def make(self, name: str, prompt: BenchPrompt) -> RecordingPolicy:
         from engine.drafters.length import FixedDraftPolicy, LearnedDraftPolicy
@@ -129,6 +134,8 @@ class PolicyFactory:
         inner: DraftPolicy
         if name == "learned":
             inner = LearnedDraftPolicy(acceptance=self.learned)
+        elif name == NO_CONFIDENCE_STOP:
+            inner = LearnedDraftPolicy(acceptance=self.learned_without_stop)
         else:
             inner = FixedDraftPolicy(int(name.split("-")[1]))
         ctx = prompt.context
@@ -173,6 +180,7 @@ def run_draft_length(config: DraftLengthConfig, progress: bool = True) -> dict[s
             lookup_context=ctx.lookup_snippets,
             suffix=ctx.suffix,
             draft_policy=policy,
+            draft_confidence_stop=0.0 if name == NO_CONFIDENCE_STOP else None,
         )
         runner._sync()
         start = time.perf_counter()
@@ -265,6 +273,11 @@ def summarize_policies(runs: list[dict[str, Any]], names: tuple[str, ...]) -> di
         for per in by_prompt.values()
     ]
     summary["vs_best_fixed_tokens_per_s_overall"]["learned_median_over_prompts"] = median(ratios)
+    if NO_CONFIDENCE_STOP in summary:
+        summary["vs_no_confidence_stop"] = {
+            measure: summary["learned"][measure] / summary[NO_CONFIDENCE_STOP][measure]
+            for measure in ("tokens_per_s_overall", "tokens_per_modeled_step")
+        }
     return summary
 
 
@@ -305,7 +318,7 @@ def markdown_report(result: dict[str, Any]) -> str:
             "yes" if s["same_drafts_as_learned"] else "no",
         ]
         for name, s in policies.items()
-        if not name.startswith("vs_best_fixed")
+        if not name.startswith("vs_")
     ]
 
     def verdict_line(label: str, verdict: dict[str, Any]) -> str:
@@ -340,6 +353,13 @@ def markdown_report(result: dict[str, Any]) -> str:
             "Tokens per modeled step (the rounds priced with the measured costs, no timing noise)", modeled
         ),
     ]
+    stop = policies.get("vs_no_confidence_stop")
+    if stop is not None:
+        parts.append(
+            f"- The draft model's confidence stop, learned with it against `{NO_CONFIDENCE_STOP}`: "
+            f"{stop['tokens_per_s_overall']:.3f}x measured tokens/s, {stop['tokens_per_modeled_step']:.3f}x "
+            "tokens per modeled step (it counts only where the draft model drafts)\n"
+        )
     for name, table in result["acceptance_by_context"].items():
         parts.append(f"\n## Acceptance per syntax context, policy `{name}`\n\n")
         parts.append(

@@ -79,6 +79,8 @@ class DraftContext:
     copy_found: bool  # True when a copying drafter (lookup, suffix, stale) found a match this round
     step_costs: StepCosts | None = None  # what longer drafts cost on this device; None when not measured
     match_len: int = 0  # tokens a copying drafter's match is anchored on (0 for a draft model)
+    catch_up: int = 0  # context tokens a draft model must read first (`DraftPlan.catch_up`)
+    tokens_left: int = 1  # tokens the completion may still generate, to spread a one-time cost over
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,7 @@ class CompletionRequest:
     drafter: str = "hybrid"  # "model" | "lookup" | "suffix" | "stale" | "hybrid" | "none"
     stop_check: StopCheck | None = None
     draft_policy: DraftPolicy | None = None  # overrides the engine's own (benchmarks, tests)
+    draft_confidence_stop: float | None = None  # overrides the draft model's own stop (benchmarks)
     # Benchmarks: generate max_new_tokens whatever the model says, so every method does the same work.
     ignore_end_of_text: bool = False
     # Token healing: text the completion must begin with, already typed and left out of the prompt's end

@@ -31,6 +31,7 @@ from engine.api import (
 from engine.autoregressive import autoregressive_generate
 from engine.costs import StepCosts, measure_step_costs
 from engine.drafters.base import Drafter
+from engine.drafters.caps import CONFIDENCE_STOP, MAX_LENGTH
 from engine.drafters.hybrid import HybridDrafter
 from engine.drafters.length import DraftAcceptance, LearnedDraftPolicy
 from engine.drafters.lookup import PromptLookupDrafter
@@ -260,7 +261,9 @@ class LocalEngine:
 
     def warm(self, request: CompletionRequest, *, cancel: CancelToken | None = None) -> WarmResult:
         """Prefill the target's cache with the prompt `request` would send (fitted to the window the same
-        way), generating nothing; a cancel stops it soon and keeps what it computed."""
+        way), then the draft model's where the prompt fits its window, generating nothing; a cancel stops it
+        soon and keeps what it computed. A warm draft model can draft at once: the draft policy prices what a
+        cold one must read first."""
         prompt_ids = self.encode(request.prompt)
         if len(prompt_ids) < 2:
             return WarmResult(0, len(prompt_ids))
@@ -268,6 +271,9 @@ class LocalEngine:
         with self._lock, torch.inference_mode():
             sync_cache(self.target, fitted, cancel)
             cached = common_prefix_length(self.target.cached_tokens, fitted)
+            draft = self.draft_decoder
+            if draft is not None and len(fitted) + MAX_LENGTH["model"] <= draft.max_length:
+                sync_cache(draft, fitted, cancel)
         # The last prompt token is never cached (the first decode step feeds it): all but it is all.
         return WarmResult(len(fitted) if cached >= len(fitted) - 1 else cached, len(fitted))
 
@@ -321,6 +327,9 @@ class LocalEngine:
             top_k=request.top_k,
             top_p=request.top_p,
             generator=generator,
+            confidence_threshold=(
+                CONFIDENCE_STOP if request.draft_confidence_stop is None else request.draft_confidence_stop
+            ),
         )
 
     def _lookup_drafter(self, lookup_context: tuple[str, ...]) -> PromptLookupDrafter:

@@ -177,6 +177,8 @@ def _choose(
             copy_found=plan.copy_found,
             step_costs=step_costs,
             match_len=plan.match_len,
+            catch_up=plan.catch_up,
+            tokens_left=output.remaining,
         )
         for plan in plans
     ]

@@ -32,6 +32,9 @@ class DraftPlan:
     copy_found: bool  # a free (copied, not computed) draft is available
     match_len: int = 0  # tokens of context that the match is anchored on (longer is more trustworthy)
     length: int | None = None  # this round's draft length, decided by the drafter instead of the policy
+    # Context tokens a draft model must read before it can draft, beyond a round's usual one or two (its
+    # cache is behind: a new prompt, or rounds another drafter won). The policy prices reading them.
+    catch_up: int = 0
 
 
 class Drafter(Protocol):

@@ -6,3 +6,4 @@ from __future__ import annotations
 MAX_LENGTH = {"model": 16, "copy": 32}  # a draft model's tokens, and copied ones (lookup, suffix)
 STALE_LENGTH = 64  # an earlier suggestion's remainder is re-verified whole: it is usually right
 LONG_ANCHOR = 4  # a copied draft whose match is anchored on this many tokens is a different bet
+CONFIDENCE_STOP = 0.4  # a draft model stops at a token it gives less than this (`specls bench draft-length`)

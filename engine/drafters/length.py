@@ -5,7 +5,9 @@
   length by expected tokens per unit of verify cost on this device (`engine.drafters.sizing`), a draft
   model's own steps included, and picks the best offer, or a plain step when none beats it. A drafter whose
   drafts keep failing so loses its rounds to the others (or to plain steps), and its evidence fades while it
-  loses, so it is tried again later. An earlier suggestion's remainder (stale) is re-verified whole.
+  loses, so it is tried again later. A draft model whose cache is behind the context (a new prompt, or
+  rounds the copies won) must read what it missed first: that one-time cost is priced too, spread over the
+  tokens the completion may still generate. An earlier suggestion's remainder (stale) is re-verified whole.
   Two things known about a round split what is learned, because each measurably changes how long drafts
   hold: the drafter's last draft held whole (code repeats in runs), and a copied match is anchored on
   `LONG_ANCHOR`+ tokens. What is learned (`DraftAcceptance`) belongs to the loaded model
@@ -105,7 +107,11 @@ class LearnedDraftPolicy:
             probs = self.acceptance.continue_probs(*key)
             costs = ctx.step_costs or ASSUMED_COSTS
             round_cost = functools.partial(costs.round_cost, drafted_by_model=ctx.drafter == "model")
-            k, rate = best_draft_length(probs, round_cost, self.max_length)
+            # Reading n missed tokens costs a draft step times a forward of n tokens, less the usual one.
+            catch_up = costs.draft_step * (costs.verify_cost(ctx.catch_up) - 1.0) if ctx.catch_up else 0.0
+            k, rate = best_draft_length(
+                probs, round_cost, self.max_length, one_time_cost=catch_up, tokens_left=ctx.tokens_left
+            )
             if k > 0 and rate > best_rate:
                 best, best_rate, best_key = DraftChoice(i, k), rate, key
         for key in priced:

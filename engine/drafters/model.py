@@ -6,9 +6,11 @@ import torch
 
 from engine.decoder import CausalDecoder
 from engine.drafters.base import Draft, DraftPlan
-from engine.drafters.caps import MAX_LENGTH
+from engine.drafters.caps import CONFIDENCE_STOP, MAX_LENGTH
 from engine.sequences import common_prefix_length
 from engine.verify import warp_logits
+
+USUAL_FEED = 2  # tokens a round's first draft step feeds after the model's own last round (the target's)
 
 
 class ModelDrafter:
@@ -33,7 +35,7 @@ class ModelDrafter:
         top_k: int = 0,
         top_p: float = 1.0,
         generator: torch.Generator | None = None,
-        confidence_threshold: float = 0.4,
+        confidence_threshold: float = CONFIDENCE_STOP,
         max_tokens: int = MAX_LENGTH["model"],
         min_tokens: int = 1,
     ) -> None:
@@ -52,7 +54,9 @@ class ModelDrafter:
         self._cached_len = 0  # tokens in the decoder's cache after the pending draft
 
     def plans(self, context_ids: list[int]) -> list[DraftPlan]:
-        return [DraftPlan(self.name, copy_found=False)]
+        view = context_ids[self._window_start(len(context_ids), 1) :]
+        cached = min(common_prefix_length(self.decoder.cached_tokens, view), len(view) - 1)
+        return [DraftPlan(self.name, copy_found=False, catch_up=max(0, len(view) - cached - USUAL_FEED))]
 
     def _window_start(self, context_len: int, k: int) -> int:
         """Left-truncate when the context plus the draft does not fit the decoder's window.

@@ -23,12 +23,25 @@ def expected_accepted_by_length(continue_probs: Sequence[float]) -> list[float]:
 
 
 def best_draft_length(
-    continue_probs: Sequence[float], round_cost: Callable[[int], float], max_length: int
+    continue_probs: Sequence[float],
+    round_cost: Callable[[int], float],
+    max_length: int,
+    *,
+    one_time_cost: float = 0.0,
+    tokens_left: int = 1,
 ) -> tuple[int, float]:
     """The k in 0..max_length with the most expected tokens per unit of cost (0: a plain step pays best),
-    and that rate (a plain step's is 1)."""
+    and that rate (a plain step's is 1).
+
+    `one_time_cost` is paid before the first draft (a draft model reading context it missed) and pays off
+    over the `tokens_left` the completion may still generate: a round bears the share of the tokens it yields.
+    """
     expected = expected_accepted_by_length(continue_probs[:max_length])
-    rates = [(1.0 + accepted) / round_cost(k) for k, accepted in enumerate(expected)]
+    share = one_time_cost / max(1, tokens_left)
+    rates = [
+        (1.0 + accepted) / (round_cost(k) + (share * (1.0 + accepted) if k else 0.0))
+        for k, accepted in enumerate(expected)
+    ]
     best = max(range(len(rates)), key=rates.__getitem__)
     return best, rates[best]
 

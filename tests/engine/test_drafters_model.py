@@ -194,3 +194,17 @@ def test_no_room_or_no_context_gives_an_empty_draft(model: LlamaForCausalLM) -> 
     assert len(draft.token_ids) == 4 and len(tiny_window.tokens) <= 8  # half the window at most
     with pytest.raises(ValueError):
         ModelDrafter(RecomputeDecoder(model), confidence_threshold=1.5)
+
+
+def test_its_plan_counts_the_context_it_must_read_before_drafting(model) -> None:
+    drafter = ModelDrafter(make_decoder(model, max_length=128))
+    context = list(range(1, 41))
+    (cold,) = drafter.plans(context)
+    assert cold.drafter == "model" and cold.catch_up == 40 - 2  # a new prompt: all of it, less a usual feed
+    draft = drafter.propose(context, 4)
+    accepted = len(draft.token_ids) // 2
+    after = [*context, *draft.token_ids[:accepted], 7]  # the target's own token ends the round
+    drafter.observe(after, accepted, len(draft.token_ids))
+    assert drafter.plans(after)[0].catch_up == 0  # only the usual feed: it drafted last round
+    # Four tokens from rounds it did not draft, on top of the one or two a round feeds anyway.
+    assert drafter.plans([*after, 8, 9, 10, 11])[0].catch_up in (3, 4)

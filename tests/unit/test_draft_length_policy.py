@@ -138,3 +138,15 @@ def test_one_acceptance_is_shared_by_the_policies_built_on_it() -> None:
     second = LearnedDraftPolicy(acceptance=learned)
     assert second.acceptance.curves[("model", "")].rounds == 1
     assert second.acceptance.pooled["model"].rounds == 1
+
+
+def test_a_draft_model_that_must_first_read_a_long_prompt_drafts_only_when_it_can_pay_that_off() -> None:
+    def model(catch_up: int, tokens_left: int) -> DraftContext:
+        return DraftContext(
+            "x = foo(", "", "model", False, CPU_LIKE, catch_up=catch_up, tokens_left=tokens_left
+        )
+
+    policy = LearnedDraftPolicy()
+    assert policy.choose([model(0, 48)]).length >= 1  # warm: drafts
+    assert policy.choose([model(2000, 48)]) == NO_DRAFT  # cold, short completion: reading costs too much
+    assert policy.choose([model(2000, 100_000)]).length >= 1  # cold, long completion: it pays off

@@ -82,3 +82,10 @@ def test_measure_step_costs_prices_widths_relative_to_a_plain_step() -> None:
     assert target.cached == [] and draft.cached == []  # both caches left empty
     small = measure_step_costs(target.forward, target.crop, None, None, window=20, clock=lambda: clock[0])
     assert small.widths == (1, 2, 4, 8) and small.draft_step == 0.0  # only widths that fit the window
+
+
+def test_a_one_time_cost_pays_off_only_over_enough_tokens_left() -> None:
+    probs, cost = [0.9] * 8, lambda k: 1.0 + 0.1 * k
+    assert best_draft_length(probs, cost, 8)[0] == 8
+    assert best_draft_length(probs, cost, 8, one_time_cost=40.0, tokens_left=16)[0] == 0  # never recouped
+    assert best_draft_length(probs, cost, 8, one_time_cost=40.0, tokens_left=10_000)[0] == 8
