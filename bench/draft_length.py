@@ -112,8 +112,9 @@ class DraftLengthConfig:
     tag: str = "cpu"
 
 
-def policy_names() -> tuple[str, ...]:
-    return ("learned", NO_CONFIDENCE_STOP, *(f"fixed-{k}" for k in FIXED_LENGTHS))
+def policy_names(with_draft_model: bool) -> tuple[str, ...]:
+    stop = (NO_CONFIDENCE_STOP,) if with_draft_model else ()
+    return ("learned", *stop, *(f"fixed-{k}" for k in FIXED_LENGTHS))
 
 
 # The engine's policy with the draft model's confidence stop off: does that stop pay?
@@ -164,7 +165,7 @@ def run_draft_length(config: DraftLengthConfig, progress: bool = True) -> dict[s
     runner = MethodRunner(
         engine, ThroughputConfig(max_new_tokens=config.max_new_tokens, stop_at_eos=config.stop_at_eos)
     )
-    names = policy_names()
+    names = policy_names(engine.draft_decoder is not None)
     factory = PolicyFactory()
 
     def run(name: str, prompt: BenchPrompt, limit: int) -> dict[str, Any]:

@@ -93,7 +93,13 @@ def test_throughput_smoke_every_method_agrees(tiny_pair: tuple[Path, Path], tmp_
 
 
 def test_draft_length_smoke(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
-    from bench.draft_length import DraftLengthConfig, policy_names, run_draft_length, write_report
+    from bench.draft_length import (
+        NO_CONFIDENCE_STOP,
+        DraftLengthConfig,
+        policy_names,
+        run_draft_length,
+        write_report,
+    )
 
     config = DraftLengthConfig(
         prompts=1,
@@ -105,7 +111,8 @@ def test_draft_length_smoke(tiny_pair: tuple[Path, Path], tmp_path: Path) -> Non
     )
     result = run_draft_length(config, progress=False)
     policies = result["policies"]
-    for name in policy_names():
+    assert NO_CONFIDENCE_STOP in policy_names(with_draft_model=True)
+    for name in policy_names(with_draft_model=True):
         assert policies[name]["output_differs_from_learned_on"] == [], name
     for measure in ("tokens_per_s_overall", "tokens_per_modeled_step"):
         verdict = policies[f"vs_best_fixed_{measure}"]
@@ -114,6 +121,11 @@ def test_draft_length_smoke(tiny_pair: tuple[Path, Path], tmp_path: Path) -> Non
             policies["learned"][measure] / policies[verdict["best_fixed"]][measure]
         )
     assert policies["learned"]["tokens_per_modeled_step"] > 0
+    stop = policies["vs_no_confidence_stop"]["tokens_per_modeled_step"]
+    assert stop == pytest.approx(
+        policies["learned"]["tokens_per_modeled_step"]
+        / policies[NO_CONFIDENCE_STOP]["tokens_per_modeled_step"]
+    )
     json_path, md_path = write_report(result, tmp_path, "smoke")
     assert json.loads(json_path.read_text())["benchmark"] == "draft-length"
     assert "Acceptance per syntax context" in md_path.read_text()
