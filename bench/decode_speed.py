@@ -317,6 +317,7 @@ def run_llama_server(
     runs: list[Run] = []
     rss: dict[str, float] = {}
     methods = [m for m in LLAMA_METHODS if m not in NEEDS_DRAFT_GGUF or draft_gguf is not None]
+    config.out.mkdir(parents=True, exist_ok=True)  # the servers' logs go beside the results
     for method in methods:
         log = config.out / f".{method}.log"
         with_draft = draft_gguf if method in NEEDS_DRAFT_GGUF else None
