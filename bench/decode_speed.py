@@ -322,6 +322,7 @@ def run_llama_server(
         log = config.out / f".{method}.log"
         with_draft = draft_gguf if method in NEEDS_DRAFT_GGUF else None
         peer = start_peer(binary, gguf, method, config.threads, config.window, log, with_draft)
+        label = method if peer.repack else f"{method} --no-repack"  # the rows say when it crashed with it
         try:
             peer.complete(prompts[0][1], 8, ignore_eos=False)  # warm-up
             for prompt_name, ids in prompts:
@@ -329,8 +330,8 @@ def run_llama_server(
                 tokens, _ = peer.complete(ids, config.max_new_tokens, ignore_eos=False)
                 wall = time.perf_counter() - started
                 finish = "eos" if tokens and tokens[-1] in eos else "length"
-                runs.append(Run(method, "server", prompt_name, len(tokens), wall, finish, tokens))
-            rss[method] = process_memory_mb(pid=peer.process.pid) or float("nan")
+                runs.append(Run(label, "server", prompt_name, len(tokens), wall, finish, tokens))
+            rss[label] = process_memory_mb(pid=peer.process.pid) or float("nan")
         finally:
             peer.stop()
     return runs, rss

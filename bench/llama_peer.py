@@ -69,11 +69,18 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
             process.wait(timeout=10)
 
 
+# Where llama.cpp repacks weights for the CPU's AMX units, this build crashes on its first forward on some
+# CPUs (SIGSEGV in ggml_backend_amx_mul_mat, seen on a 2-core Xeon with AMX): the peer then runs without
+# repacking, and the results say so.
+NO_REPACK: tuple[str, ...] = ("--no-repack",)
+
+
 @dataclass
 class LlamaPeer:
     method: str
     process: subprocess.Popen[bytes]
     url: str
+    repack: bool = True  # False: weight repacking was switched off, because the server crashed with it
 
     def complete(
         self, prompt_ids: list[int], max_new_tokens: int, ignore_eos: bool
@@ -111,20 +118,45 @@ def start_peer(
 ) -> LlamaPeer:
     if method in NEEDS_DRAFT_GGUF and draft_gguf is None:
         raise ValueError(f"{method} needs a draft model GGUF")
+    try:
+        return _start(binary, gguf, method, threads, ctx_size, log, draft_gguf, repack=True)
+    except PeerCrashed:
+        return _start(binary, gguf, method, threads, ctx_size, log, draft_gguf, repack=False)
+
+
+class PeerCrashed(RuntimeError):
+    """llama-server died from a signal while loading."""
+
+
+def _start(
+    binary: Path,
+    gguf: Path,
+    method: str,
+    threads: int,
+    ctx_size: int,
+    log: Path,
+    draft_gguf: Path | None,
+    *,
+    repack: bool,
+) -> LlamaPeer:
     draft_flags = ("--model-draft", str(draft_gguf), "--threads-draft", str(threads)) if draft_gguf else ()
     port = free_port()
     command = [
         str(binary), "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port),
         "--ctx-size", str(ctx_size), "--parallel", "1", "--threads", str(threads),
         "--threads-batch", str(threads), *COMMON_FLAGS, *LLAMA_METHODS[method], *draft_flags,
+        *(() if repack else NO_REPACK),
     ]  # fmt: skip
     with log.open("wb") as handle:
         process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
-    peer = LlamaPeer(method, process, f"http://127.0.0.1:{port}")
+    peer = LlamaPeer(method, process, f"http://127.0.0.1:{port}", repack=repack)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"llama-server ({method}) exited with {process.returncode}; log: {log}")
+            failure = f"llama-server ({method}) exited with {process.returncode}; log: {log}"
+            if process.returncode < 0 and repack:
+                raise PeerCrashed(failure)
+            raise RuntimeError(failure)
         try:
             with urllib.request.urlopen(peer.url + "/health", timeout=1) as response:
                 if response.status == 200:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,3 +21,32 @@ def test_a_draft_row_without_a_draft_gguf_is_refused_before_anything_starts(tmp_
     with pytest.raises(ValueError, match="draft"):
         start_peer(Path("/nonexistent/llama-server"), tmp_path / "t.gguf", "llama-server-draft-simple", 1, 512,
                    tmp_path / "log")  # fmt: skip
+
+
+# Stands in for a llama-server build whose repacked (AMX) path crashes while loading: it dies from SIGSEGV
+# unless told --no-repack, and then answers /health.
+CRASHES_WHEN_REPACKING = """\
+import http.server, os, signal, sys
+if "--no-repack" not in sys.argv:
+    os.kill(os.getpid(), signal.SIGSEGV)
+port = int(sys.argv[sys.argv.index("--port") + 1])
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"{}")
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+"""
+
+
+def test_a_server_that_crashes_while_repacking_is_started_again_without_repacking(tmp_path: Path) -> None:
+    binary = tmp_path / "llama-server"
+    binary.write_text(f"#!{sys.executable}\n{CRASHES_WHEN_REPACKING}")
+    binary.chmod(0o755)
+    peer = start_peer(binary, tmp_path / "t.gguf", "llama-server", 1, 512, tmp_path / "log")
+    try:
+        assert peer.repack is False and peer.process.poll() is None
+    finally:
+        peer.stop()
