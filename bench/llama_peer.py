@@ -118,45 +118,37 @@ def start_peer(
 ) -> LlamaPeer:
     if method in NEEDS_DRAFT_GGUF and draft_gguf is None:
         raise ValueError(f"{method} needs a draft model GGUF")
+    draft_flags = ("--model-draft", str(draft_gguf), "--threads-draft", str(threads)) if draft_gguf else ()
+
+    def launch(repack: bool) -> LlamaPeer:
+        port = free_port()
+        command = [
+            str(binary), "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port),
+            "--ctx-size", str(ctx_size), "--parallel", "1", "--threads", str(threads),
+            "--threads-batch", str(threads), *COMMON_FLAGS, *LLAMA_METHODS[method], *draft_flags,
+            *(() if repack else NO_REPACK),
+        ]  # fmt: skip
+        with log.open("wb") as handle:
+            process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
+        return _until_healthy(LlamaPeer(method, process, f"http://127.0.0.1:{port}", repack=repack), log)
+
     try:
-        return _start(binary, gguf, method, threads, ctx_size, log, draft_gguf, repack=True)
+        return launch(repack=True)
     except PeerCrashed:
-        return _start(binary, gguf, method, threads, ctx_size, log, draft_gguf, repack=False)
+        return launch(repack=False)
 
 
 class PeerCrashed(RuntimeError):
-    """llama-server died from a signal while loading."""
+    """llama-server died from a signal while loading, with weight repacking on."""
 
 
-def _start(
-    binary: Path,
-    gguf: Path,
-    method: str,
-    threads: int,
-    ctx_size: int,
-    log: Path,
-    draft_gguf: Path | None,
-    *,
-    repack: bool,
-) -> LlamaPeer:
-    draft_flags = ("--model-draft", str(draft_gguf), "--threads-draft", str(threads)) if draft_gguf else ()
-    port = free_port()
-    command = [
-        str(binary), "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port),
-        "--ctx-size", str(ctx_size), "--parallel", "1", "--threads", str(threads),
-        "--threads-batch", str(threads), *COMMON_FLAGS, *LLAMA_METHODS[method], *draft_flags,
-        *(() if repack else NO_REPACK),
-    ]  # fmt: skip
-    with log.open("wb") as handle:
-        process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
-    peer = LlamaPeer(method, process, f"http://127.0.0.1:{port}", repack=repack)
+def _until_healthy(peer: LlamaPeer, log: Path) -> LlamaPeer:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            failure = f"llama-server ({method}) exited with {process.returncode}; log: {log}"
-            if process.returncode < 0 and repack:
-                raise PeerCrashed(failure)
-            raise RuntimeError(failure)
+        code = peer.process.poll()
+        if code is not None:
+            failure = f"llama-server ({peer.method}) exited with {code}; log: {log}"
+            raise PeerCrashed(failure) if code < 0 and peer.repack else RuntimeError(failure)
         try:
             with urllib.request.urlopen(peer.url + "/health", timeout=1) as response:
                 if response.status == 200:
@@ -164,4 +156,4 @@ def _start(
         except OSError:
             time.sleep(0.2)
     peer.stop()
-    raise RuntimeError(f"llama-server ({method}) did not become healthy in 120 s; log: {log}")
+    raise RuntimeError(f"llama-server ({peer.method}) did not become healthy in 120 s; log: {log}")
