@@ -206,9 +206,14 @@ def step_costs_of(decoder: CausalDecoder, draft: CausalDecoder | None, context: 
     )
 
 
+def prefill_tokens(count: int) -> list[int]:
+    """The prompt every prefill timing reads, in process and in llama-server alike."""
+    return [(7 * i + 3) % 251 + 100 for i in range(count)]
+
+
 def prefill_speed(decoder: CausalDecoder, lengths: tuple[int, ...]) -> dict[int, float]:
     """Prompt tokens/s reading `length` tokens into an empty cache (the fastest of two after a warm-up)."""
-    tokens = [(7 * i + 3) % 251 + 100 for i in range(max(lengths, default=0))]
+    tokens = prefill_tokens(max(lengths, default=0))
     prefill = getattr(decoder, "prefill", decoder.forward)
     speeds: dict[int, float] = {}
     decoder.crop(0)
@@ -301,21 +306,36 @@ def generate(
     return result, []
 
 
+def server_prefill_speed(peer: Any, lengths: tuple[int, ...], window: int) -> dict[int, float]:
+    """llama-server's own prompt tokens/s (`timings.prompt_per_second`) reading `length` tokens with an empty
+    cache, the fastest of two: the same prompt as `prefill_speed`."""
+    tokens = prefill_tokens(max(lengths, default=0))
+    speeds: dict[int, float] = {}
+    for length in lengths:
+        if length >= window:
+            continue
+        timings = [peer.complete(tokens[:length], 1, ignore_eos=True)[1] for _ in range(2)]
+        speeds[length] = max(float(t.get("prompt_per_second", 0.0)) for t in timings)
+    return speeds
+
+
 def run_llama_server(
     gguf: Path,
     prompts: list[tuple[str, list[int]]],
     config: DecodeSpeedConfig,
     eos: frozenset[int],
     draft_gguf: Path | None = None,
-) -> tuple[list[Run], dict[str, float]]:
-    """Every llama-server configuration in turn on the same prompt ids; runs and each server's RSS."""
+) -> tuple[list[Run], dict[str, float], dict[str, dict[int, float]]]:
+    """Every llama-server configuration in turn on the same prompt ids; the runs, each server's RSS, and the
+    plain server's prompt reading speed at each of `config.prefill_lengths` (by its row label)."""
     from bench.llama_peer import LLAMA_METHODS, NEEDS_DRAFT_GGUF, find_llama_server, start_peer
 
     binary = find_llama_server()
     if binary is None or not binary.exists():
-        return [], {}
+        return [], {}, {}
     runs: list[Run] = []
     rss: dict[str, float] = {}
+    prefill: dict[str, dict[int, float]] = {}
     methods = [m for m in LLAMA_METHODS if m not in NEEDS_DRAFT_GGUF or draft_gguf is not None]
     config.out.mkdir(parents=True, exist_ok=True)  # the servers' logs go beside the results
     for method in methods:
@@ -325,6 +345,8 @@ def run_llama_server(
         label = method if peer.repack else f"{method} --no-repack"  # the rows say when it crashed with it
         try:
             peer.complete(prompts[0][1], 8, ignore_eos=False)  # warm-up
+            if method == "llama-server":
+                prefill[label] = server_prefill_speed(peer, config.prefill_lengths, config.window)
             for prompt_name, ids in prompts:
                 started = time.perf_counter()
                 tokens, _ = peer.complete(ids, config.max_new_tokens, ignore_eos=False)
@@ -334,7 +356,7 @@ def run_llama_server(
             rss[label] = process_memory_mb(pid=peer.process.pid) or float("nan")
         finally:
             peer.stop()
-    return runs, rss
+    return runs, rss, prefill
 
 
 # --- the benchmark -------------------------------------------------------------------------------------
@@ -447,10 +469,11 @@ def run_decode_speed(config: DecodeSpeedConfig, progress: bool = True) -> dict[s
         if progress:
             print(f"decode-speed: prompt {index + 1}/{len(prompts)} done", flush=True)
     server_rss: dict[str, float] = {}
+    server_prefill: dict[str, dict[int, float]] = {}
     gguf = find_gguf(folder)
     draft_gguf = find_gguf(draft_folder) if draft_folder is not None else None
     if config.llama_server and gguf is not None:
-        server_runs, server_rss = run_llama_server(gguf, prompts, config, eos, draft_gguf)
+        server_runs, server_rss, server_prefill = run_llama_server(gguf, prompts, config, eos, draft_gguf)
         runs.extend(server_runs)
     from bench.load_memory import measure_in_subprocess
 
@@ -467,6 +490,7 @@ def run_decode_speed(config: DecodeSpeedConfig, progress: bool = True) -> dict[s
         "environment": environment(config.threads, folder),
         "prompts": [{"name": name, "prompt_tokens": len(ids)} for name, ids in prompts],
         "step_profile": profiles,
+        "llama_server_prefill_tokens_per_s": server_prefill,
         "quantization_error": errors,
         "rss_mb": {**{f"in process: {k}": v for k, v in engines.rss_added_mb.items()}, **server_rss},
         "load_memory": load_memory,
@@ -611,6 +635,12 @@ def markdown_report(result: dict[str, Any]) -> str:
         for name, p in profiles.items()
         if p.get("prefill_tokens_per_s")
     ]
+    server_prefill = result.get("llama_server_prefill_tokens_per_s", {})
+    for label, speeds in server_prefill.items():
+        by_length = _by_length(speeds)
+        prefill_rows.append(
+            [f"{label} (its own timings)", *(by_length.get(n) for n in config["prefill_lengths"])]
+        )
     best = summary.get("best_llama_server")
     lines = [
         f"# Decode speed ({config['tag']})\n",
@@ -641,6 +671,7 @@ def markdown_report(result: dict[str, Any]) -> str:
         ),
         "\n## Prompt reading (prefill), tokens/s, into an empty cache\n\n",
         markdown_table(["engine", *(f"{n} tokens" for n in config["prefill_lengths"])], prefill_rows),
+        *_prefill_ratio_lines(profiles, server_prefill, config["prefill_lengths"]),
         "\n## Tokens/s\n\n",
         markdown_table(
             [
@@ -678,6 +709,30 @@ def markdown_report(result: dict[str, Any]) -> str:
             f"on {load['cpus']} CPUs; busy processes: {'; '.join(load['busy_processes']) or 'none'}.\n"
         )
     return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+
+
+def _prefill_ratio_lines(
+    profiles: dict[str, Any], server_prefill: dict[str, Any], lengths: list[int]
+) -> list[str]:
+    """Each in-process engine's prompt reading as a multiple of llama-server's, at each length."""
+    if not server_prefill:
+        return []
+    label, speeds = next(iter(server_prefill.items()))
+    server = _by_length(speeds)
+    cells = []
+    for name, p in profiles.items():
+        ours = _by_length(p.get("prefill_tokens_per_s") or {})
+        ratios = [f"{ours[n] / server[n]:.1f}x" for n in lengths if n in ours and server.get(n)]
+        if ratios:
+            cells.append(f"{name} {' / '.join(ratios)}")
+    return [
+        f"\nAs a multiple of `{label}` ({', '.join(str(n) for n in lengths)} tokens): {'; '.join(cells)}.\n"
+    ]
+
+
+def _by_length(speeds: dict[Any, float]) -> dict[int, float]:
+    """Speeds keyed by prompt length, whether the keys came from the run (int) or from JSON (str)."""
+    return {int(n): v for n, v in speeds.items()}
 
 
 def _memory_line(memory: dict[str, Any]) -> str:

@@ -172,7 +172,11 @@ class VSCode:
         return rows
 
     def saved_text(
-        self, name: str, expected: str | None = None, timeout_s: float = 5, until: Callable[[str], bool] | None = None
+        self,
+        name: str,
+        expected: str | None = None,
+        timeout_s: float = 5,
+        until: Callable[[str], bool] | None = None,
     ) -> str:
         """Save the editor (Ctrl+S) and read the file once VS Code has finished writing it. With `expected`
         (or a predicate `until`), save again until the file holds it or `timeout_s` passes (an accept lands

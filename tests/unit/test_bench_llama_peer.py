@@ -50,3 +50,34 @@ def test_a_server_that_crashes_while_repacking_is_started_again_without_repackin
         assert peer.repack is False and peer.process.poll() is None
     finally:
         peer.stop()
+
+
+class _TimedPeer:
+    """Answers like llama-server's /completion: its timings report the prompt it read, at 100 tokens/s."""
+
+    def __init__(self) -> None:
+        self.prompts: list[list[int]] = []
+
+    def complete(
+        self, prompt_ids: list[int], max_new_tokens: int, ignore_eos: bool
+    ) -> tuple[list[int], dict[str, float]]:
+        self.prompts.append(prompt_ids)
+        return [1], {"prompt_n": len(prompt_ids), "prompt_per_second": 100.0 + len(self.prompts)}
+
+
+def test_llama_server_prompt_reading_is_its_own_timing_on_the_engines_prompt() -> None:
+    from bench.decode_speed import _prefill_ratio_lines, prefill_tokens, server_prefill_speed
+
+    peer = _TimedPeer()
+    speeds = server_prefill_speed(peer, (500, 1000, 4096), window=2048)
+    assert speeds == {500: 102.0, 1000: 104.0}  # the faster of two; a prompt past the window is skipped
+    assert peer.prompts[0] == prefill_tokens(500) and peer.prompts[2] == prefill_tokens(1000)
+    # As written to JSON (string keys) and read back, the report still divides length by length.
+    lines = _prefill_ratio_lines(
+        {"lean-bf16": {"prefill_tokens_per_s": {"500": 1020.0, "1000": 520.0}}},
+        {"llama-server --no-repack": {"500": 102.0, "1000": 104.0}},
+        [500, 1000],
+    )
+    assert lines == [
+        "\nAs a multiple of `llama-server --no-repack` (500, 1000 tokens): lean-bf16 10.0x / 5.0x.\n"
+    ]
