@@ -108,13 +108,14 @@ class DraftLengthConfig:
     threads: int | None = None
     repeats: int = 1
     stop_at_eos: bool = False
+    fixed_lengths: tuple[int, ...] = FIXED_LENGTHS  # fewer makes a slow model's run shorter
     out: Path = Path("bench/results")
     tag: str = "cpu"
 
 
-def policy_names(with_draft_model: bool) -> tuple[str, ...]:
+def policy_names(with_draft_model: bool, fixed_lengths: tuple[int, ...] = FIXED_LENGTHS) -> tuple[str, ...]:
     stop = (NO_CONFIDENCE_STOP,) if with_draft_model else ()
-    return ("learned", *stop, *(f"fixed-{k}" for k in FIXED_LENGTHS))
+    return ("learned", *stop, *(f"fixed-{k}" for k in fixed_lengths))
 
 
 # The engine's policy with the draft model's confidence stop off: does that stop pay?
@@ -165,7 +166,8 @@ def run_draft_length(config: DraftLengthConfig, progress: bool = True) -> dict[s
     runner = MethodRunner(
         engine, ThroughputConfig(max_new_tokens=config.max_new_tokens, stop_at_eos=config.stop_at_eos)
     )
-    names = policy_names(engine.draft_decoder is not None)
+    names = policy_names(engine.draft_decoder is not None, config.fixed_lengths)
+    longest_fixed = f"fixed-{max(config.fixed_lengths)}"
     factory = PolicyFactory()
 
     def run(name: str, prompt: BenchPrompt, limit: int) -> dict[str, Any]:
@@ -222,7 +224,7 @@ def run_draft_length(config: DraftLengthConfig, progress: bool = True) -> dict[s
         "policies": summarize_policies(runs, names),
         "acceptance_by_context": {
             name: acceptance_by_context([r for run in runs if run["policy"] == name for r in run["rounds"]])
-            for name in ("learned", "fixed-16")
+            for name in ("learned", longest_fixed)
         },
         "runs": [{k: v for k, v in run.items() if k not in ("token_ids", "rounds")} for run in runs],
     }

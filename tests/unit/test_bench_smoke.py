@@ -108,11 +108,14 @@ def test_draft_length_smoke(tiny_pair: tuple[Path, Path], tmp_path: Path) -> Non
         draft=str(tiny_pair[1]),
         device="cpu",
         threads=1,
+        fixed_lengths=(2, 4),
     )
     result = run_draft_length(config, progress=False)
     policies = result["policies"]
-    assert NO_CONFIDENCE_STOP in policy_names(with_draft_model=True)
-    for name in policy_names(with_draft_model=True):
+    names = policy_names(with_draft_model=True, fixed_lengths=(2, 4))
+    assert names == ("learned", NO_CONFIDENCE_STOP, "fixed-2", "fixed-4")
+    assert "fixed-8" not in policies and set(result["acceptance_by_context"]) == {"learned", "fixed-4"}
+    for name in names:
         assert policies[name]["output_differs_from_learned_on"] == [], name
     for measure in ("tokens_per_s_overall", "tokens_per_modeled_step"):
         verdict = policies[f"vs_best_fixed_{measure}"]

@@ -31,6 +31,11 @@ def _positive(text: str) -> int:
     return value
 
 
+def _lengths(text: str) -> tuple[int, ...]:
+    """A comma-separated list of positive draft lengths."""
+    return tuple(_positive(part) for part in text.split(",") if part.strip())
+
+
 def _draft_policy(text: str) -> str:
     if text == "learned" or (text.isdigit() and int(text) >= 1):
         return text
@@ -93,6 +98,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     draft_length.add_argument(
         "--stop-at-eos", action="store_true", help="stop at end-of-text (default: ignore)"
+    )
+    draft_length.add_argument(
+        "--fixed-lengths",
+        type=_lengths,
+        help="the fixed draft lengths compared, comma-separated (default: 2,4,8,16,32)",
     )
     _model_arguments(draft_length)
 
@@ -356,7 +366,7 @@ def _throughput(args: argparse.Namespace) -> int:
 
 
 def _draft_length(args: argparse.Namespace) -> int:
-    from bench.draft_length import DraftLengthConfig, run_draft_length, write_report
+    from bench.draft_length import FIXED_LENGTHS, DraftLengthConfig, run_draft_length, write_report
 
     config = DraftLengthConfig(
         prompts=args.prompts,
@@ -369,6 +379,7 @@ def _draft_length(args: argparse.Namespace) -> int:
         threads=args.threads,
         repeats=args.repeats,
         stop_at_eos=args.stop_at_eos,
+        fixed_lengths=args.fixed_lengths or FIXED_LENGTHS,
         out=args.out,
         tag=_results_tag(args),
     )
