@@ -338,10 +338,12 @@ def run_llama_server(
     prefill: dict[str, dict[int, float]] = {}
     methods = [m for m in LLAMA_METHODS if m not in NEEDS_DRAFT_GGUF or draft_gguf is not None]
     config.out.mkdir(parents=True, exist_ok=True)  # the servers' logs go beside the results
+    repack = True  # once a server has crashed with repacking, the next ones start without it
     for method in methods:
         log = config.out / f".{method}.log"
         with_draft = draft_gguf if method in NEEDS_DRAFT_GGUF else None
-        peer = start_peer(binary, gguf, method, config.threads, config.window, log, with_draft)
+        peer = start_peer(binary, gguf, method, config.threads, config.window, log, with_draft, repack)
+        repack = peer.repack
         label = method if peer.repack else f"{method} --no-repack"  # the rows say when it crashed with it
         try:
             peer.complete(prompts[0][1], 8, ignore_eos=False)  # warm-up

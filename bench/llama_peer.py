@@ -115,7 +115,10 @@ def start_peer(
     ctx_size: int,
     log: Path,
     draft_gguf: Path | None = None,
+    repack: bool = True,
 ) -> LlamaPeer:
+    """A healthy peer; with `repack` (the default) it first tries llama.cpp's weight repacking and falls back
+    without it if the server crashes while loading. `repack=False` skips the attempt (a crash already seen)."""
     if method in NEEDS_DRAFT_GGUF and draft_gguf is None:
         raise ValueError(f"{method} needs a draft model GGUF")
     draft_flags = ("--model-draft", str(draft_gguf), "--threads-draft", str(threads)) if draft_gguf else ()
@@ -132,6 +135,8 @@ def start_peer(
             process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
         return _until_healthy(LlamaPeer(method, process, f"http://127.0.0.1:{port}", repack=repack), log)
 
+    if not repack:
+        return launch(repack=False)
     try:
         return launch(repack=True)
     except PeerCrashed:

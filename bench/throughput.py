@@ -502,11 +502,14 @@ def start_peers(
         draft_gguf = logs / "draft.gguf"
         export_llama_gguf(Path(draft_source.location), draft_gguf, name="specls-draft", dtype="f16")
     peers: dict[str, LlamaPeer] = {}
+    repack = True  # once a server has crashed with repacking, the next ones start without it
     try:
         for method in methods:
-            peers[method] = start_peer(
-                binary, gguf_path(config.target), method, threads, window, logs / f"{method}.log", draft_gguf
+            log = logs / f"{method}.log"
+            peer = start_peer(
+                binary, gguf_path(config.target), method, threads, window, log, draft_gguf, repack
             )
+            peers[method], repack = peer, peer.repack
     except RuntimeError:
         for peer in peers.values():
             peer.stop()

@@ -28,6 +28,8 @@ def test_a_draft_row_without_a_draft_gguf_is_refused_before_anything_starts(tmp_
 CRASHES_WHEN_REPACKING = """\
 import http.server, os, signal, sys
 if "--no-repack" not in sys.argv:
+    with open(os.path.join(os.path.dirname(sys.argv[0]), "crashes"), "a") as crashes:
+        crashes.write("crashed\\n")
     os.kill(os.getpid(), signal.SIGSEGV)
 port = int(sys.argv[sys.argv.index("--port") + 1])
 class Health(http.server.BaseHTTPRequestHandler):
@@ -50,6 +52,14 @@ def test_a_server_that_crashes_while_repacking_is_started_again_without_repackin
         assert peer.repack is False and peer.process.poll() is None
     finally:
         peer.stop()
+    assert (tmp_path / "crashes").read_text() == "crashed\n"
+    # A caller that has seen the crash starts the next server without repacking: no second crash.
+    peer = start_peer(binary, tmp_path / "t.gguf", "llama-server", 1, 512, tmp_path / "log", repack=False)
+    try:
+        assert peer.repack is False and peer.process.poll() is None
+    finally:
+        peer.stop()
+    assert (tmp_path / "crashes").read_text() == "crashed\n"
 
 
 class _TimedPeer:
