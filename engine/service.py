@@ -4,7 +4,7 @@ It owns the model pair and both KV caches for its whole life, so consecutive key
 prompt prefix. Use it from ONE worker thread (a lock makes concurrent calls wait rather than corrupt the
 caches). Per request it builds the drafters the request asks for: the draft model, n-gram lookup over the
 prompt and `lookup_context`, the text after the cursor (`suffix`) and an earlier completion
-(`previous_completion`), or a hybrid of all of them that picks per round.
+(`previous_completion`), or a hybrid that offers all of theirs, from which the draft policy picks per round.
 
 Greedy output never depends on what the caches hold. A seeded sampled request is reproducible on a fresh
 engine; on a warm one the lookup index carried across calls may change which drafts are tried, and with

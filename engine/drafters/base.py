@@ -22,7 +22,7 @@ class Draft:
     # Per drafted token, the drafter's probability distribution over the vocabulary ([k, vocab], float32),
     # or None for a deterministic drafter: verification then treats q as one-hot on the drafted token.
     draft_probs: torch.Tensor | None = None
-    drafter: str = ""  # name of the drafter that produced it (the hybrid reports the one it picked)
+    drafter: str = ""  # name of the drafter that produced it (the hybrid reports the member the policy chose)
 
 
 @dataclass(frozen=True)

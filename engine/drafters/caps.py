@@ -1,5 +1,6 @@
-"""The longest draft each kind of drafter may propose in a round, and what counts as an anchored match: one
-home for the numbers the drafters, the hybrid and the draft-length policy share."""
+"""The longest draft each kind of drafter may propose in a round, what counts as an anchored match, and where
+a draft model stops on its own doubt: one home for the numbers the drafters and the draft policy
+(`engine.drafters.length`) share."""
 
 from __future__ import annotations
 

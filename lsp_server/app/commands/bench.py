@@ -1,8 +1,10 @@
 """`specls bench`: throughput against peers, learned draft lengths, keystroke latency, suggestions at line starts
 and HumanEval infilling (see bench/README.md): each benchmark's arguments, then a call into `bench/`.
 
-`bench/` is not an installed package: it is found beside `lsp_server/` in the source checkout, from any working
-directory; results go to `--out` (default: bench/results, relative to the working directory).
+`bench/` is installed with `engine` and `lsp_server` (pyproject's `packages.find`; scripts/setup.sh installs
+them editable, so it is this checkout's folder) and runs from any working directory; where it cannot be
+imported, it is looked for beside `lsp_server/` in the source checkout. Results go to `--out` (default:
+bench/results, relative to the working directory).
 """
 
 from __future__ import annotations
@@ -292,7 +294,8 @@ def _results_tag(args: argparse.Namespace) -> str:
 
 
 def _find_bench() -> bool:
-    """`bench/` is not an installed package: find it beside `lsp_server/` in the source checkout."""
+    """Whether `bench` can be imported: installed with the package, or else found beside `lsp_server/` in the
+    source checkout (then added to `sys.path`)."""
     import importlib.util
 
     if importlib.util.find_spec("bench") is not None:
