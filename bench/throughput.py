@@ -39,7 +39,7 @@ from bench.prompts import BenchPrompt, build_prompts
 from engine.sequences import first_divergence
 
 if TYPE_CHECKING:
-    from engine.api import DraftPolicy
+    from engine.api import CompletionRequest, DraftPolicy
     from engine.drafters.base import Drafter
     from engine.models import ModelSource
     from engine.service import LocalEngine
@@ -67,6 +67,9 @@ class ThroughputConfig:
     methods: tuple[str, ...] = ALL_METHODS  # llama-server rows run only where a GGUF and the binary exist
     draft_policy: str = "learned"  # "learned" (the engine's own) or a fixed length
     stop_at_eos: bool = True
+    # Each engine call finds its prompt already read by the server's idle warm-up (`LocalEngine.warm`, target
+    # and draft model, untimed), so the time is the decode a user waits for after a pause in typing.
+    warm_prompt: bool = False
     out: Path = Path("bench/results")
     tag: str = "cpu"
 
@@ -142,6 +145,9 @@ class MethodRunner:
 
     def run(self, method: str, prompt: BenchPrompt, max_new_tokens: int | None = None) -> Run:
         limit = max_new_tokens or self.config.max_new_tokens
+        engine_method = method not in PEER_METHODS and method not in LLAMA_METHODS
+        if engine_method:
+            self._reset_caches(prompt, limit)
         self._sync()
         start = time.perf_counter()
         if method in PEER_METHODS:
@@ -159,15 +165,15 @@ class MethodRunner:
         return Run(method, prompt.name, wall, len(token_ids), token_ids, stats)
 
     def _run_engine(self, method: str, prompt: BenchPrompt, limit: int) -> tuple[list[int], dict[str, Any]]:
+        drafter = "none" if method == "autoregressive" else method.removeprefix("speculative-")
+        result = self.engine.complete(self._request(prompt, limit, drafter))
+        return list(result.token_ids), result.stats.as_dict()
+
+    def _request(self, prompt: BenchPrompt, limit: int, drafter: str) -> CompletionRequest:
         from engine.api import CompletionRequest
 
-        drafter = "none" if method == "autoregressive" else method.removeprefix("speculative-")
-        # A cold start for every call: no method profits from a cache another one left behind.
-        self.engine.target.crop(0)
-        if self.engine.draft_decoder is not None:
-            self.engine.draft_decoder.crop(0)
         ctx = prompt.context
-        request = CompletionRequest(
+        return CompletionRequest(
             prompt=ctx.prompt,
             max_new_tokens=limit,
             drafter=drafter,
@@ -176,8 +182,15 @@ class MethodRunner:
             ignore_end_of_text=not self.config.stop_at_eos,
             **policy_fields(self.config.draft_policy),
         )
-        result = self.engine.complete(request)
-        return list(result.token_ids), result.stats.as_dict()
+
+    def _reset_caches(self, prompt: BenchPrompt, limit: int) -> None:
+        """Empty caches, so no method profits from what another left behind; with `warm_prompt`, then the
+        prompt read into both, untimed, as the server's idle warm-up does."""
+        self.engine.target.crop(0)
+        if self.engine.draft_decoder is not None:
+            self.engine.draft_decoder.crop(0)
+        if self.config.warm_prompt:
+            self.engine.warm(self._request(prompt, limit, "hybrid"))
 
     def _run_hf(self, method: str, prompt: BenchPrompt, limit: int) -> tuple[list[int], dict[str, Any]]:
         torch = self.torch
@@ -607,6 +620,14 @@ def markdown_report(result: dict[str, Any]) -> str:
         f"Target {env['target'].get('location')} ({env['target'].get('params')} params), {draft_text}. "
         f"{len(result['prompts'])} held-out prompts x {config['repeats']} repeats, up to "
         f"{config['max_new_tokens']} new tokens each, {stops}, draft policy `{config['draft_policy']}`.\n",
+        (
+            "Warm prompts: before each engine call the server's idle warm-up read the prompt into the "
+            "target and the draft model, untimed; engine times are the decode a user waits for after a "
+            "pause, the others' still include reading the prompt.\n"
+            if config.get("warm_prompt")
+            else "Cold prompts: every call starts from empty caches and its time includes reading the "
+            "prompt.\n"
+        ),
         "Repetition: share of generated tokens inside a 4-gram the same output already generated "
         "(high values mean copying drafters are copying a loop).\n",
         markdown_table(header, rows),

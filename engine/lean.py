@@ -6,17 +6,17 @@ keeps one preallocated key/value tensor per layer, written by position (gpt-fast
 just forgetting positions: rejected slots are overwritten by the next forward. Attention is SDPA for a
 prompt chunk and two grouped fp32 matmuls for a decode step or a small verify (`_attend_few`).
 q/k/v and gate/up projections are fused into one matmul each; every projection, the vocabulary one included,
-may hold int8 or int4 weights (`engine.quantize`).
+may hold int8 or int4 weights (`engine.quantize`); with `dense_for_many` (a draft model) the layers keep
+the full-precision weights too, for reading prompts.
 
 With `release=True` the decoder frees each Hugging Face weight it has replaced as it goes, so the process
 holds one copy of the model (peak: that copy plus one layer or the vocabulary projection being repacked);
-the HF module is left without layers and must not run again.
+the HF module is left without layers and must not run again. That needs weights that are tensors of their
+own, not views of one mapped file (`engine.models` reads local checkpoints that way).
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
+from engine.memory import return_freed_memory
 from engine.quantize import Quantization, check_quantization, make_linear
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ def _fused_weight(projections: list[Any]) -> torch.Tensor:
 
 
 class _Layer:
-    def __init__(self, hf_layer: Any, quantization: Quantization) -> None:
+    def __init__(self, hf_layer: Any, quantization: Quantization, dense_for_many: bool) -> None:
         attn = hf_layer.self_attn
         mlp = hf_layer.mlp
         self.input_norm = hf_layer.input_layernorm.weight
@@ -96,11 +97,13 @@ class _Layer:
         qkv_weight = _fused_weight([attn.q_proj, attn.k_proj, attn.v_proj])
         biases = [attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias]
         qkv_bias = torch.cat(biases) if all(b is not None for b in biases) else None
-        self.qkv = make_linear(qkv_weight, qkv_bias, quantization)
-        self.o = make_linear(attn.o_proj.weight, attn.o_proj.bias, quantization)
+        self.qkv = make_linear(qkv_weight, qkv_bias, quantization, dense_for_many=dense_for_many)
+        self.o = make_linear(
+            attn.o_proj.weight, attn.o_proj.bias, quantization, dense_for_many=dense_for_many
+        )
         gate_up_weight = _fused_weight([mlp.gate_proj, mlp.up_proj])
-        self.gate_up = make_linear(gate_up_weight, None, quantization)
-        self.down = make_linear(mlp.down_proj.weight, None, quantization)
+        self.gate_up = make_linear(gate_up_weight, None, quantization, dense_for_many=dense_for_many)
+        self.down = make_linear(mlp.down_proj.weight, None, quantization, dense_for_many=dense_for_many)
 
 
 class LeanLlamaDecoder:
@@ -113,6 +116,7 @@ class LeanLlamaDecoder:
         quantization: Quantization = "none",
         *,
         release: bool = False,
+        dense_for_many: bool = False,
     ) -> None:
         if not supports_lean(model):
             raise ValueError(
@@ -136,13 +140,17 @@ class LeanLlamaDecoder:
             self.embed = inner.embed_tokens.weight
             self.layers = []
             for index in range(len(inner.layers)):
-                self.layers.append(_Layer(inner.layers[index], self.quantization))
+                self.layers.append(_Layer(inner.layers[index], self.quantization, dense_for_many))
                 if release:  # the HF layer's weights now live (fused, repacked) in the lean layer
                     inner.layers[index] = torch.nn.Identity()
+                    # Layer-sized tensors sit below glibc's mmap threshold: hand their pages back now, or
+                    # the freed originals of every layer add up until the end of the load (1.9x peak).
+                    return_freed_memory()
             self.final_norm = inner.norm.weight
             output: Any = model.get_output_embeddings()
             # The vocabulary projection is the largest matmul of a small model: quantized like the rest
-            # (the embedding lookup keeps the full-precision table).
+            # (the embedding lookup keeps the full-precision table). It runs only where logits are read,
+            # a few rows at a time, so it needs no full-precision copy for prompts.
             self.lm_head = make_linear(output.weight, None, self.quantization)
             if release and output.weight is not self.embed:  # a tied table stays: the lookup reads it
                 output.weight = torch.nn.Parameter(output.weight.new_empty(0), requires_grad=False)
@@ -274,21 +282,6 @@ class LeanLlamaDecoder:
             return hidden.new_empty(0)
         hidden = F.rms_norm(hidden, norm_shape, self.final_norm, eps)
         return self.lm_head(hidden).float()
-
-
-def return_freed_memory() -> None:
-    """Hand memory freed inside the process back to the OS (glibc's malloc_trim).
-
-    Why: tensors below glibc's (adaptive, up to 32 MB) mmap threshold live on the heap, and freeing them
-    leaves the pages resident; after the HF weights are released those pages are a second model copy.
-    A no-op where glibc is absent.
-    """
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):
-        return
-    trim(0)
 
 
 def _attend_few(

@@ -224,7 +224,10 @@ def _load_model(source: ModelSource, role: Role, device: torch.device, dtype: to
     if source.is_local:
         check_model_folder(Path(source.location), role)
     try:
-        model = AutoModelForCausalLM.from_pretrained(source.location, dtype=dtype)
+        if source.is_local and _safetensors_files(Path(source.location)):
+            model = _load_local_tensor_by_tensor(Path(source.location), dtype)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(source.location, dtype=dtype)
     except OSError as exc:
         if source.is_local:
             raise ModelLoadError(f"cannot load the {role} model from {source.location}: {exc}") from exc
@@ -237,6 +240,36 @@ def _load_model(source: ModelSource, role: Role, device: torch.device, dtype: to
     model.to(device)  # type: ignore[arg-type]
     model.eval()
     model.requires_grad_(False)
+    return model
+
+
+def _safetensors_files(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.safetensors"))
+
+
+def _load_local_tensor_by_tensor(folder: Path, dtype: torch.dtype) -> PreTrainedModel:
+    """A local safetensors checkpoint read tensor by tensor (`pread`), each into memory of its own.
+
+    Why: `from_pretrained` maps the file, and every weight is then a view of one mapping. The lean decoder
+    repacks the weights and frees the originals, but the mapping stays while any view lives (the
+    embedding table does), so every page of the file stayed resident beside the repacked copy: 1.9x the
+    weights. Read apart, each original is freed the moment the lean decoder has repacked it.
+    """
+    from safetensors import safe_open
+    from transformers import AutoConfig, GenerationConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    config = AutoConfig.from_pretrained(folder)
+    model_class: Any = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
+    # safe_open's `pread` backend reads a tensor when transformers first indexes its slice, and not before.
+    handles: list[Any] = [
+        safe_open(str(file), framework="pt", device="cpu", backend="pread")
+        for file in _safetensors_files(folder)
+    ]
+    slices = {name: handle.get_slice(name) for handle in handles for name in handle.keys()}  # noqa: SIM118
+    model: PreTrainedModel = model_class.from_pretrained(None, config=config, state_dict=slices, dtype=dtype)
+    if (folder / "generation_config.json").is_file():  # from_pretrained reads it only from a folder it loads
+        model.generation_config = GenerationConfig.from_pretrained(folder)
     return model
 
 

@@ -117,7 +117,7 @@ def build_target_decoder(
 # SmolLM2-135M's step matmuls in 6.2 ms against 15 (bf16) and 17 (fp32) (STACK-NOTES); on an AVX2-only CPU
 # one 9728x896 projection took 9.0 ms int8, 20 ms int4, 3.3 ms fp32 for one token, and 10-20x fp32's time
 # for 5-64 tokens (bench/results/decode-speed-qwen*.md), so there the draft keeps the model's dtype.
-DRAFT_AUTO_QUANTIZATION: Quantization = "int8"
+DRAFT_AUTO_QUANTIZATION: Quantization = "int4"
 
 
 def cpu_capability() -> str:
@@ -144,11 +144,12 @@ def choose_draft_quantization(
     if "AVX512" not in capability:
         return (
             "none",
-            f"torch's int8 kernel is slower than full precision without AVX-512 (CPU: {capability})",
+            f"torch's packed int4/int8 kernels are slower than full precision without AVX-512 (CPU: {capability})",
         )
     return (
         DRAFT_AUTO_QUANTIZATION,
-        "a draft's precision changes only acceptance; int8 halves its step's reads",
+        "a draft's precision changes only acceptance; int4 weights halve its one-token step on AVX-512 "
+        "(full-precision weights kept for reading prompts)",
     )
 
 
@@ -169,7 +170,8 @@ def build_draft_decoder(
     chosen, reason = choose_draft_quantization(quantization, model.device.type)
     dtype = _dtype_name(model)
     weights = dtype if chosen == "none" else f"{dtype} + {chosen} weights"
-    decoder = LeanLlamaDecoder(model, window, chosen, release=release)
+    # Quantized layers keep their full-precision weights for reading prompts (`engine.quantize.SplitLinear`).
+    decoder = LeanLlamaDecoder(model, window, chosen, release=release, dense_for_many=chosen != "none")
     return decoder, RuntimeChoice("lean", weights, reason)
 
 

@@ -41,7 +41,7 @@ from engine.drafters.suffix import SuffixDrafter
 from engine.generation import DecodeSettings, fit_prompt, sync_cache
 from engine.healing import ForcedPrefix, TokenTexts, can_spell_words
 from engine.hf_decoder import context_length
-from engine.memory import process_memory_mb
+from engine.memory import process_memory_mb, return_freed_memory
 from engine.models import ModelPair, end_of_text_ids, load_pair
 from engine.runtime import RuntimeChoice, build_draft_decoder, build_target_decoder
 from engine.sequences import common_prefix_length
@@ -170,6 +170,7 @@ class LocalEngine:
         self.prompt_shape = measured_prompt_shape(
             self.pair.target_source.location if source.is_local else None
         )
+        return_freed_memory()  # the step-cost forwards' scratch, freed but still resident
         self.memory = model_memory(self.target, self.draft_decoder, rss_before)
 
     @torch.inference_mode()

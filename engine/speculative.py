@@ -23,7 +23,7 @@ from engine.api import (
     OnText,
 )
 from engine.costs import StepCosts
-from engine.decoder import CausalDecoder
+from engine.decoder import CausalDecoder, InterruptiblePrefill, PrefillingDecoder
 from engine.drafters.base import Draft, Drafter, DraftPlan
 from engine.drafters.forced import ForcedPrefixDrafter
 from engine.generation import Decode, DecodeSettings, OutputTracker, start_decoding
@@ -60,6 +60,21 @@ class PollingDecoder:
 
     def crop(self, length: int) -> None:
         self.inner.crop(length)
+
+    def prefill(self, token_ids: list[int]) -> None:
+        """Catch the draft up on a prompt without logits; stops within a layer of a cancel where the inner
+        decoder can (keeping what it computed), else before the read."""
+        if self.cancel is not None and self.cancel.cancelled:
+            raise DraftCancelled
+        cancel = self.cancel
+        if cancel is not None and isinstance(self.inner, InterruptiblePrefill):
+            done = self.inner.prefill_interruptibly(token_ids, lambda: cancel.cancelled)
+            if done < len(token_ids):
+                raise DraftCancelled
+        elif isinstance(self.inner, PrefillingDecoder):
+            self.inner.prefill(token_ids)
+        else:
+            self.inner.forward(token_ids)
 
 
 def speculative_generate(

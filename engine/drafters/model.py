@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.decoder import CausalDecoder
+from engine.decoder import CausalDecoder, PrefillingDecoder
 from engine.drafters.base import Draft, DraftPlan
 from engine.drafters.caps import CONFIDENCE_STOP, MAX_LENGTH
 from engine.sequences import common_prefix_length
@@ -76,7 +76,13 @@ class ModelDrafter:
         keep = min(common_prefix_length(cached, view), len(view) - 1)
         if keep < len(cached):
             self.decoder.crop(keep)
-        return self.decoder.forward(view[keep:])[-1]
+        missed = view[keep:]
+        if len(missed) > USUAL_FEED and isinstance(self.decoder, PrefillingDecoder):
+            # Catching up on a prompt: only the last position's logits are read, so the rest skip the
+            # vocabulary projection (151,936 wide for Qwen; a quantized one is slow over many rows).
+            self.decoder.prefill(missed[:-1])
+            missed = missed[-1:]
+        return self.decoder.forward(missed)[-1]
 
     @torch.inference_mode()
     def propose(self, context_ids: list[int], max_tokens: int, plan: DraftPlan | None = None) -> Draft:

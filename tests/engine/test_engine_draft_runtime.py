@@ -8,12 +8,13 @@ from engine_core_support import prompt_ids, tiny_gpt2, tiny_llama
 
 from engine.hf_decoder import HFDecoder
 from engine.lean import LeanLlamaDecoder
+from engine.quantize import QUANTIZED_MAX_ROWS, SplitLinear
 from engine.runtime import RuntimeUnavailable, build_draft_decoder, choose_draft_quantization
 from engine.service import decoder_weight_mb, model_memory
 
 
-def test_auto_draft_weights_are_int8_on_avx512_cpus_and_full_precision_elsewhere() -> None:
-    assert choose_draft_quantization("auto", "cpu", "AVX512")[0] == "int8"
+def test_auto_draft_weights_are_int4_on_avx512_cpus_and_full_precision_elsewhere() -> None:
+    assert choose_draft_quantization("auto", "cpu", "AVX512")[0] == "int4"
     none, why = choose_draft_quantization("auto", "cpu", "AVX2")
     assert none == "none" and "AVX-512" in why
     assert choose_draft_quantization("auto", "cuda")[0] == "none"
@@ -54,3 +55,27 @@ def test_model_memory_counts_each_weight_once_and_int8_halves_bf16() -> None:
     assert memory["weights_mb"] == pytest.approx(projections_bf16 + projections_int8)
     assert memory["kv_cache_mb"] == pytest.approx(2 * 2 * 2 * 2 * 64 * 32 * 2 / 2**20)
     assert memory["rss_added_by_load_mb"] is None
+
+
+def test_a_quantized_draft_reads_prompts_with_its_full_precision_weights() -> None:
+    """Decode steps (a few rows) run the int4 weights; a prompt (many rows) runs the full-precision ones, so
+    reading it is as exact and as fast as an unquantized model's, and the vocabulary projection, read a few
+    rows at a time, keeps no second copy."""
+    torch.set_num_threads(1)
+    model = tiny_llama(seed=3, hidden=64)
+    reference = LeanLlamaDecoder(model, 128)
+    decoder, choice = build_draft_decoder(model, 128, quantization="int4")
+    assert isinstance(decoder, LeanLlamaDecoder) and choice.weights == "fp32 + int4 weights"
+    qkv = decoder.layers[0].qkv
+    assert isinstance(qkv, SplitLinear)
+    assert not isinstance(decoder.lm_head, SplitLinear)
+    many = torch.randn(QUANTIZED_MAX_ROWS + 1, 64)
+    assert torch.equal(qkv(many), reference.layers[0].qkv(many))  # the full-precision path, bit for bit
+    few = many[:QUANTIZED_MAX_ROWS]
+    assert not torch.equal(qkv(few), reference.layers[0].qkv(few))  # int4 rounding: the quantized path
+    assert torch.allclose(qkv(few), reference.layers[0].qkv(few), atol=0.5)
+    # A prompt read through the wide path leaves the same cache as the unquantized model's.
+    ids = prompt_ids(40)
+    decoder.prefill(ids)
+    reference.prefill(ids)
+    assert torch.equal(decoder.keys[:, :, :40], reference.keys[:, :, :40])

@@ -34,6 +34,25 @@ def test_load_pair_from_folders_and_complete(pair_dir: Path) -> None:
     assert result.stats.target_forwards >= 1 and result.finish_reason in ("length", "eos")
 
 
+def test_a_local_checkpoint_loads_into_weights_of_their_own_equal_to_from_pretrained(pair_dir: Path) -> None:
+    """Each weight owns its memory (no view of one mapped file), so the lean decoder frees each original once
+    it has repacked it; a tied output table stays the input table; the values are from_pretrained's."""
+    from transformers import AutoModelForCausalLM
+
+    pair = load_pair(str(pair_dir / "target"), str(pair_dir / "draft"), device="cpu", num_threads=1)
+    for model in (pair.target, pair.draft):
+        assert model is not None
+        weights = list(model.parameters())  # a tied table is listed once
+        assert len({w.untyped_storage().data_ptr() for w in weights}) == len(weights)
+        reference = AutoModelForCausalLM.from_pretrained(str(model.name_or_path or ""), dtype=torch.float32)
+        loaded, expected = model.state_dict(), reference.state_dict()
+        assert loaded.keys() == expected.keys()
+        assert all(torch.equal(loaded[name], expected[name]) for name in expected)
+        assert model.generation_config.to_dict() == reference.generation_config.to_dict()
+    assert pair.draft is not None
+    assert pair.draft.get_output_embeddings().weight is pair.draft.get_input_embeddings().weight
+
+
 def test_describe_model_counts_parameters_without_loading(pair_dir: Path) -> None:
     described = describe_model(resolve_model_path(str(pair_dir / "target")))
     expected = sum(p.numel() for p in tiny_llama(seed=1).state_dict().values())

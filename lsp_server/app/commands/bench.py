@@ -70,6 +70,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: natural stops)",
     )
     throughput.add_argument(
+        "--warm-prompt",
+        action="store_true",
+        help="read each prompt into the target and draft model first, untimed, as the server's idle "
+        "warm-up does: time the decode a user waits for after a pause (default: cold, prefill timed)",
+    )
+    throughput.add_argument(
         "--runtime",
         choices=("auto", "llama.cpp", "torch"),
         default="auto",
@@ -359,6 +365,7 @@ def _throughput(args: argparse.Namespace) -> int:
         methods=methods,
         draft_policy=args.draft_policy,
         stop_at_eos=not args.ignore_eos,
+        warm_prompt=args.warm_prompt,
         out=args.out,
         tag=_results_tag(args),
     )
