@@ -142,8 +142,8 @@ def suggest(engine: Any, info: Any, settings: Any, uri: str, document: str, offs
     """One suggestion as `specls serve` makes it: the context builder, the engine, the final trim. None where
     the server would not suggest (the cursor's syntax says so)."""
     from lsp_server.context import build_completion_context, finalize_completion
-    from lsp_server.context.request import engine_request
     from lsp_server.documents import DocumentStore
+    from lsp_server.engine_request import engine_request
 
     store = DocumentStore()
     store.open(uri, "python", 1, document)

@@ -302,7 +302,8 @@ def summarize(runs: list[Run], step_costs: dict[str, Any], methods: tuple[str, .
             tps = statistics.mean(run.tokens_per_s for run in per_method[method])
             if reference in per_method:
                 base = statistics.mean(run.tokens_per_s for run in per_method[reference])
-                ratios.append(tps / base)
+                if base > 0:  # a prompt the model answered with end-of-text at once has no speed to compare
+                    ratios.append(tps / base)
                 diff = first_divergence(per_method[reference][0].token_ids, per_method[method][0].token_ids)
                 if diff is not None:
                     mismatches.append({"prompt": prompt, "first_difference_at": diff})

@@ -268,6 +268,7 @@ def _load_local_tensor_by_tensor(folder: Path, dtype: torch.dtype) -> PreTrained
     ]
     slices = {name: handle.get_slice(name) for handle in handles for name in handle.keys()}  # noqa: SIM118
     model: PreTrainedModel = model_class.from_pretrained(None, config=config, state_dict=slices, dtype=dtype)
+    model.name_or_path = str(folder)
     if (folder / "generation_config.json").is_file():  # from_pretrained reads it only from a folder it loads
         model.generation_config = GenerationConfig.from_pretrained(folder)
     return model
@@ -409,7 +410,7 @@ def end_of_text_ids(
 ) -> frozenset[int]:
     """Ids that end a completion: the tokenizer's EOS, the model's generation EOS ids, a file separator, and
     every other special token (FIM and chat markers): none of them is code, so none may reach a suggestion."""
-    from engine.train.tokenizer import FILE_SEP
+    from engine.tokens import FILE_SEP
 
     ids: set[int] = set(tokenizer.all_special_ids)
     ids.update(token_id for token_id, token in tokenizer.added_tokens_decoder.items() if token.special)

@@ -82,7 +82,8 @@ class Int4Linear:
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         if not int4_fits(weight):
             raise ValueError(
-                f"int4 needs a CPU weight with in_features divisible by {INT4_GROUP}: {tuple(weight.shape)}"
+                f"int4 needs a CPU weight with in_features divisible by {INT4_GROUP} and out_features by "
+                f"{_INT4_OUT_MULTIPLE}: {tuple(weight.shape)}"
             )
         codes, scales_and_zeros = quantize_int4(weight)
         self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, _INT4_INNER_K_TILES)
@@ -146,8 +147,16 @@ def quantize_int4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return codes.to(torch.int32).reshape(out_features, in_features), scales_and_zeros
 
 
+_INT4_OUT_MULTIPLE = 16  # the CPU packing works in blocks of 16 output features
+
+
 def int4_fits(weight: torch.Tensor) -> bool:
-    return weight.device.type == "cpu" and weight.shape[1] % INT4_GROUP == 0
+    out_features, in_features = weight.shape
+    return (
+        weight.device.type == "cpu"
+        and in_features % INT4_GROUP == 0
+        and out_features % _INT4_OUT_MULTIPLE == 0
+    )
 
 
 def make_linear(
@@ -157,11 +166,13 @@ def make_linear(
     *,
     dense_for_many: bool = False,
 ) -> Linear:
-    """The projection in `quantization`; with `dense_for_many` a quantized one keeps the full-precision
-    weights too, for inputs of more than QUANTIZED_MAX_ROWS rows (`SplitLinear`)."""
+    """The projection in `quantization` (int4 falls back to int8 where its packing does not fit the shape);
+    with `dense_for_many` a quantized one keeps the full-precision weights too, for inputs of more than QUANTIZED_MAX_ROWS rows (`SplitLinear`)."""
     if quantization == "none":
         return _dense_linear(weight, bias)
-    quantized: Linear = Int8Linear(weight, bias) if quantization == "int8" else Int4Linear(weight, bias)
+    # A projection whose shape the int4 packing cannot take (an odd vocabulary) gets int8 instead.
+    int4 = quantization == "int4" and int4_fits(weight)
+    quantized: Linear = Int4Linear(weight, bias) if int4 else Int8Linear(weight, bias)
     return SplitLinear(quantized, _dense_linear(weight, bias)) if dense_for_many else quantized
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from tree_sitter import Parser, Point, Tree
 
-from lsp_server.context.languages import canonical_language, new_parser
+from lsp_server.languages import canonical_language, new_parser
 
 ENCODINGS = ("utf-8", "utf-16", "utf-32")
 _LONE_CR = re.compile("\r(?!\n)")

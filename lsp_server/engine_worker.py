@@ -30,8 +30,8 @@ from engine.api import (
 )
 from lsp_server.config import ServerSettings
 from lsp_server.context import CompletionContext, ContextSettings
-from lsp_server.context.request import engine_request, without_lone_surrogates
 from lsp_server.documents import DocumentStore, OutOfSyncError, UnknownDocumentError
+from lsp_server.engine_request import engine_request, without_lone_surrogates
 from lsp_server.jobs import FairQueue, Generation, is_current
 
 logger = logging.getLogger(__name__)

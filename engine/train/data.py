@@ -11,8 +11,9 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
+from engine.tokens import EOS, FILE_SEP, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
 from engine.train.corpus import SourceFile
-from engine.train.tokenizer import EOS, FILE_SEP, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, special_id
+from engine.train.tokenizer import special_id
 
 CHARS_PER_TOKEN = 3.2  # measured on the stdlib with the 8k byte-level BPE; sizes the character windows
 

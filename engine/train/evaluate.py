@@ -11,8 +11,9 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from transformers import PreTrainedModel
 
+from engine.tokens import EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
 from engine.train.corpus import SourceFile
-from engine.train.tokenizer import EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, special_id
+from engine.train.tokenizer import special_id
 
 
 def held_out_windows(

@@ -19,9 +19,10 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from engine.tokens import EOS
 from engine.train.corpus import SourceFile, iter_source_files, split_corpus, stdlib_root
 from engine.train.data import SequenceSampler
-from engine.train.tokenizer import EOS, special_id, train_code_tokenizer
+from engine.train.tokenizer import special_id, train_code_tokenizer
 
 
 @dataclass(frozen=True)

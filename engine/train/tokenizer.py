@@ -6,12 +6,7 @@ from collections.abc import Iterable
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-EOS = "<|endoftext|>"
-FIM_PREFIX = "<|sp_fim_prefix|>"
-FIM_SUFFIX = "<|sp_fim_suffix|>"
-FIM_MIDDLE = "<|sp_fim_middle|>"
-FILE_SEP = "<|sp_file_sep|>"
-SPECIAL_TOKENS = (EOS, FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE, FILE_SEP)
+from engine.tokens import EOS, FILE_SEP, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, SPECIAL_TOKENS
 
 
 def train_code_tokenizer(texts: Iterable[str], vocab_size: int = 8192) -> Tokenizer:

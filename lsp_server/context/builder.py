@@ -17,10 +17,10 @@ from lsp_server.context.fim import (
     marker_texts,
 )
 from lsp_server.context.indentation import IndentStyle, indent_style_around, reindent
-from lsp_server.context.languages import language_spec
 from lsp_server.context.snippets import display_path, select_snippets
 from lsp_server.context.stops import SyntaxStopRules, finalize
 from lsp_server.context.syntax import Mode, completion_mode, indent_width, opens_block
+from lsp_server.languages import language_spec
 
 if TYPE_CHECKING:
     from lsp_server.documents import Document, DocumentStore

@@ -17,7 +17,7 @@ from typing import Literal
 from tree_sitter import Node, Tree
 
 from engine.words import is_word_char
-from lsp_server.context.languages import LanguageSpec, language_spec
+from lsp_server.languages import LanguageSpec, language_spec
 
 Mode = Literal["none", "single-line", "multi-line"]
 LiteralKind = Literal["comment", "docstring", "string"]

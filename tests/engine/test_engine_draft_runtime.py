@@ -73,7 +73,8 @@ def test_a_quantized_draft_reads_prompts_with_its_full_precision_weights() -> No
     assert torch.equal(qkv(many), reference.layers[0].qkv(many))  # the full-precision path, bit for bit
     few = many[:QUANTIZED_MAX_ROWS]
     assert not torch.equal(qkv(few), reference.layers[0].qkv(few))  # int4 rounding: the quantized path
-    assert torch.allclose(qkv(few), reference.layers[0].qkv(few), atol=0.5)
+    relative_error = (qkv(few) - reference.layers[0].qkv(few)).norm() / reference.layers[0].qkv(few).norm()
+    assert relative_error < 0.15
     # A prompt read through the wide path leaves the same cache as the unquantized model's.
     ids = prompt_ids(40)
     decoder.prefill(ids)

@@ -40,11 +40,11 @@ def test_a_local_checkpoint_loads_into_weights_of_their_own_equal_to_from_pretra
     from transformers import AutoModelForCausalLM
 
     pair = load_pair(str(pair_dir / "target"), str(pair_dir / "draft"), device="cpu", num_threads=1)
-    for model in (pair.target, pair.draft):
-        assert model is not None
+    for model, folder in ((pair.target, pair_dir / "target"), (pair.draft, pair_dir / "draft")):
+        assert model is not None and model.name_or_path == str(folder)
         weights = list(model.parameters())  # a tied table is listed once
         assert len({w.untyped_storage().data_ptr() for w in weights}) == len(weights)
-        reference = AutoModelForCausalLM.from_pretrained(str(model.name_or_path or ""), dtype=torch.float32)
+        reference = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
         loaded, expected = model.state_dict(), reference.state_dict()
         assert loaded.keys() == expected.keys()
         assert all(torch.equal(loaded[name], expected[name]) for name in expected)

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from engine.gguf_export import GgufExportError, export_llama_gguf, gguf_vocab, permute_for_gguf_rope
-from engine.train.tokenizer import SPECIAL_TOKENS, tokenizer_config, train_code_tokenizer
+from engine.tokens import SPECIAL_TOKENS
+from engine.train.tokenizer import tokenizer_config, train_code_tokenizer
 
 CODE = [
     "def add(a, b):\n    return a + b\n",

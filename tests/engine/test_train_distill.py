@@ -16,11 +16,12 @@ import torch
 from tokenizers import Tokenizer
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from engine.tokens import EOS
 from engine.train import distill
 from engine.train.corpus import iter_source_files, stdlib_root
 from engine.train.distill import DISTILL_PRESETS, draft_config, projected_embedding, run_distillation
 from engine.train.pipeline import ModelShape, save_pretrained_pair
-from engine.train.tokenizer import EOS, train_code_tokenizer
+from engine.train.tokenizer import train_code_tokenizer
 
 MICRO = dataclasses.replace(
     DISTILL_PRESETS["tiny"], name="micro", max_files=None, teacher_batches=6, shard_batches=4, epochs=2

@@ -10,8 +10,8 @@ from lsp_server.config import ServerSettings, apply_settings, fit_to_model
 from lsp_server.context import ContextSettings, build_completion_context
 from lsp_server.context.builder import MAX_CHARS_PER_TOKEN, bounded_line_before
 from lsp_server.context.fim import BLOCK_LINES
-from lsp_server.context.request import engine_request, without_lone_surrogates
 from lsp_server.documents import DocumentStore, TextChange
+from lsp_server.engine_request import engine_request, without_lone_surrogates
 
 SPECIAL = ("<|endoftext|>", "<|sp_fim_prefix|>", "<|sp_fim_suffix|>", "<|sp_fim_middle|>", "<|sp_file_sep|>")
 INFO = BackendInfo("fake", "t", None, SPECIAL, 2048, "cpu")

@@ -10,7 +10,8 @@ from tokenizers import Tokenizer, models
 
 from engine.api import BackendInfo
 from engine.sequences import common_prefix_length
-from engine.train.tokenizer import SPECIAL_TOKENS, train_code_tokenizer
+from engine.tokens import SPECIAL_TOKENS
+from engine.train.tokenizer import train_code_tokenizer
 from lsp_server.context import ContextSettings, build_completion_context, detect_fim_template
 from lsp_server.context.fim import (
     BUNDLED,

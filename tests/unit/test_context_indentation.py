@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine.api import BackendInfo
-from engine.train.tokenizer import SPECIAL_TOKENS
+from engine.tokens import SPECIAL_TOKENS
 from lsp_server.context import ContextSettings, build_completion_context, finalize_completion
 from lsp_server.context.indentation import (
     IndentStyle,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from engine.api import BackendInfo
-from engine.train.tokenizer import SPECIAL_TOKENS
+from engine.tokens import SPECIAL_TOKENS
 from lsp_server.context import (
     CompletionContext,
     ContextSettings,

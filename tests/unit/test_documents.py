@@ -6,7 +6,6 @@ import random
 
 import pytest
 
-from lsp_server.context.languages import new_parser
 from lsp_server.documents import (
     DocumentStore,
     OutOfSyncError,
@@ -14,6 +13,7 @@ from lsp_server.documents import (
     TextChange,
     UnknownDocumentError,
 )
+from lsp_server.languages import new_parser
 
 URI = "file:///w/a.py"
 SOURCE = 'def 函数(x):\n    s = "😀 emoji"\n    return x  # 注释 🎉\n\nclass K:\n    pass\n'

@@ -134,7 +134,7 @@ def check_versions(wanted: dict[str, str]) -> list[Check]:
 
 
 def check_grammars() -> list[Check]:
-    from lsp_server.context.languages import canonical_language, new_parser
+    from lsp_server.languages import canonical_language, new_parser
 
     ok: list[str] = []
     checks: list[Check] = []

@@ -2,6 +2,10 @@
 
 Grammars come from the individual wheels (tree-sitter-python, -javascript, -typescript, -go, -rust), which
 work offline; anything else gets no tree and the indentation/bracket fallback.
+
+Below both of its users, and so outside `context/`: the document store parses with it (`documents.py`) and the
+context package reads its syntax facts (`context/syntax.py`, `context/builder.py`), which also reads the
+documents.
 """
 
 from __future__ import annotations

@@ -1,16 +1,16 @@
-"""A completion context and the server's settings, turned into the engine's request."""
+"""A completion context and the server's settings, turned into the engine's request.
+
+Beside the engine worker that sends it, not in `context/`: it reads the server's settings (`config.py`), and
+`config.py` reads the context package's settings, so inside `context/` it would close a loop between folders.
+"""
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 from engine.api import CompletionRequest
-from lsp_server.context.builder import CompletionContext
-
-if TYPE_CHECKING:
-    from lsp_server.config import ServerSettings
-
+from lsp_server.config import ServerSettings
+from lsp_server.context import CompletionContext
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
