@@ -141,7 +141,13 @@ class Engines:
             draft_model = AutoModelForCausalLM.from_pretrained(draft, dtype=draft_dtype).eval()
             for quantization in draft_quantizations:
                 label = ("bf16" if native else "fp32") if quantization == "none" else quantization
-                self.drafts[label] = LeanLlamaDecoder(draft_model, window, quantization)  # type: ignore[arg-type]
+                # As the server builds a draft: quantized steps, full-precision prompt reading.
+                self.drafts[label] = LeanLlamaDecoder(
+                    draft_model,  # type: ignore[arg-type]
+                    window,
+                    quantization,  # type: ignore[arg-type]
+                    dense_for_many=quantization != "none",
+                )
 
 
 def _matmul_runner(decoder: Any) -> Callable[[int], None]:

@@ -207,6 +207,9 @@ class BackendInfo:
     # The prompt shape measured best for this model ("prefix-only", "fim"), or "auto": FIM when the
     # tokenizer has a known family's FIM tokens (`engine.catalog.CatalogModel.prompt`).
     prompt_shape: str = "auto"
+    # What the loaded models cost, in MB (`engine.service.model_memory`): "weights_mb", "kv_cache_mb",
+    # "rss_added_by_load_mb"; empty for backends that hold no weights in this process.
+    memory: dict[str, float | None] = field(default_factory=dict)
 
 
 def refuse_forced_prefix(request: CompletionRequest, backend: str) -> None:

@@ -204,6 +204,7 @@ class LocalEngine:
             runtime=self.runtime.describe()
             + (f"; draft: {self.draft_runtime.describe()}" if self.draft_runtime is not None else ""),
             prompt_shape=self.prompt_shape,
+            memory=dict(self.memory),
         )
 
     def encode(self, text: str) -> list[int]:

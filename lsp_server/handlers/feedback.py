@@ -54,6 +54,8 @@ def stats_request(ls: SpeclsServer, params: Any) -> dict[str, Any]:
     result = ls.scheduler.stats.as_dict()
     result["state"] = ls.scheduler.state
     result["peak_rss_mb"] = peak_resident_mb()
+    info = ls.scheduler.info
+    result["model_memory_mb"] = dict(info.memory) if info is not None else {}
     result["settings"] = {
         "backend": ls.settings.backend,
         "firstLineFirst": ls.settings.first_line_first,

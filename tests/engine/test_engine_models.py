@@ -30,6 +30,9 @@ def test_load_pair_from_folders_and_complete(pair_dir: Path) -> None:
     engine = LocalEngine(pair=pair)
     info = engine.info()
     assert info.name == "local" and "<|sp_fim_middle|>" in info.special_tokens
+    # what `specls/stats` reports as the models' memory: both decoders' weights and caches
+    weights = info.memory["weights_mb"]
+    assert weights is not None and weights > 0 and info.memory["kv_cache_mb"]
     result = engine.complete(CompletionRequest(prompt="def add(a, b):", max_new_tokens=8))
     assert result.stats.target_forwards >= 1 and result.finish_reason in ("length", "eos")
 

@@ -97,3 +97,14 @@ def test_a_check_that_cannot_run_is_reported_not_raised(
         "FAIL  tree-sitter grammars: the check itself failed: ImportError: No module named 'tree_sitter'"
         in out
     )
+
+
+def test_doctor_says_what_the_weights_will_take_in_the_chosen_precision() -> None:
+    from engine.models import BUNDLED_DIR, safetensors_params
+    from lsp_server.app.commands.doctor_models import check_dtype
+
+    folder = BUNDLED_DIR / "target"
+    checks = {check.name: check for check in check_dtype(str(folder), "cpu", "fp32")}
+    expected_mb = safetensors_params(folder) * 4 / 2**20
+    assert checks["memory"].status == "ok"
+    assert f"{expected_mb:,.0f} MB" in checks["memory"].detail and "fp32" in checks["memory"].detail

@@ -141,7 +141,19 @@ def check_dtype(target: str | None, device: str, requested: str) -> list[Check]:
         lossless = (
             "greedy speculative output may differ from plain decoding only at near-ties (--dtype fp32: never)"
         )
-    return [Check("dtype", "ok", f"{name} ({reason}); {lossless}")]
+    checks = [Check("dtype", "ok", f"{name} ({reason}); {lossless}")]
+    if params:
+        weights_mb = params * (2 if name == "bf16" else 4) / 2**20
+        # Measured (docs/performance.md): the loaded server holds 1.1-1.3x its weights, tokenizer included.
+        checks.append(
+            Check(
+                "memory",
+                "ok",
+                f"the target's {name} weights take {weights_mb:,.0f} MB; loaded, the server holds about "
+                f"{1.1 * weights_mb:,.0f}-{1.3 * weights_mb:,.0f} MB for them (`specls/stats` reports it)",
+            )
+        )
+    return checks
 
 
 def check_runtime(target: str | None, device: str) -> list[Check]:
