@@ -1,7 +1,8 @@
 """`specls bench draft-length`: the engine's learned draft-length policy against fixed lengths, and
 acceptance per syntax context.
 
-Same held-out prompts and cold-cache rules as the throughput benchmark (`bench.throughput`). Every policy
+Same held-out prompts and cold-cache rules as the throughput benchmark (`bench.throughput`), or with
+`warm_prompt` the prompt read first by the server's warm-up, untimed. Every policy
 is wrapped in a `RecordingPolicy`, which names each round's syntax context (the prompt's
 `lsp_server.context.syntax_context_of`) and keeps the drafted and accepted counts the loop reports to
 `observe`. Policies run interleaved per prompt on one loaded pair; greedy outputs must not depend on the
@@ -109,6 +110,7 @@ class DraftLengthConfig:
     repeats: int = 1
     stop_at_eos: bool = False
     fixed_lengths: tuple[int, ...] = FIXED_LENGTHS  # fewer makes a slow model's run shorter
+    warm_prompt: bool = False  # each call finds its prompt read by the server's warm-up (untimed)
     out: Path = Path("bench/results")
     tag: str = "cpu"
 
@@ -185,6 +187,8 @@ def run_draft_length(config: DraftLengthConfig, progress: bool = True) -> dict[s
             draft_policy=policy,
             draft_confidence_stop=0.0 if name == NO_CONFIDENCE_STOP else None,
         )
+        if config.warm_prompt:
+            engine.warm(request)
         runner._sync()
         start = time.perf_counter()
         result = engine.complete(request)
@@ -332,7 +336,9 @@ def markdown_report(result: dict[str, Any]) -> str:
         f"{env['date_utc']}, commit {env['git_commit']}, {env['device']} {env['dtype']}, "
         f"{env['torch_threads']} torch threads; drafter `{config['drafter']}`, {len(result['prompts'])} held-out "
         f"prompts x {config['repeats']} repeats, {config['max_new_tokens']} new tokens"
-        f"{'' if config['stop_at_eos'] else ' (EOS ignored)'}. Every output is checked against the "
+        f"{'' if config['stop_at_eos'] else ' (EOS ignored)'}"
+        f"{'; each prompt read first by the server warm-up, untimed' if config.get('warm_prompt') else ''}"
+        ". Every output is checked against the "
         f"learned policy's (greedy fp32: all must match; bf16 may differ at near-ties).\n\n",
         _costs_line(result["step_costs"]),
         markdown_table(

@@ -108,6 +108,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--stop-at-eos", action="store_true", help="stop at end-of-text (default: ignore)"
     )
     draft_length.add_argument(
+        "--warm-prompt",
+        action="store_true",
+        help="read each prompt into the target and draft model first, untimed, as the server's idle "
+        "warm-up does (default: cold, prefill timed)",
+    )
+    draft_length.add_argument(
         "--fixed-lengths",
         type=_lengths,
         help="the fixed draft lengths compared, comma-separated (default: 2,4,8,16,32)",
@@ -390,6 +396,7 @@ def _draft_length(args: argparse.Namespace) -> int:
         repeats=args.repeats,
         stop_at_eos=args.stop_at_eos,
         fixed_lengths=args.fixed_lengths or FIXED_LENGTHS,
+        warm_prompt=args.warm_prompt,
         out=args.out,
         tag=_results_tag(args),
     )
