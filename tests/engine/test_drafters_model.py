@@ -208,3 +208,29 @@ def test_its_plan_counts_the_context_it_must_read_before_drafting(model) -> None
     assert drafter.plans(after)[0].catch_up == 0  # only the usual feed: it drafted last round
     # Four tokens from rounds it did not draft, on top of the one or two a round feeds anyway.
     assert drafter.plans([*after, 8, 9, 10, 11])[0].catch_up in (3, 4)
+
+
+def test_catching_up_on_a_prompt_reads_it_without_logits_and_stops_at_a_cancel(
+    model: LlamaForCausalLM,
+) -> None:
+    """A cold draft reads all but the last missed token through `prefill` (no vocabulary projection, and,
+    behind the server's `PollingDecoder`, interruptible); its draft is the same as one read token by token."""
+    from engine.api import CancelToken
+    from engine.lean import LeanLlamaDecoder
+    from engine.speculative import DraftCancelled, PollingDecoder
+
+    context = [random.Random(5).randrange(1, VOCAB) for _ in range(40)]
+    lean = LeanLlamaDecoder(model, 128)
+    widths: list[int] = []
+    forward = lean.forward
+    lean.forward = lambda ids: (widths.append(len(ids)), forward(ids))[1]  # type: ignore[method-assign]
+    cancel = CancelToken()
+    draft = ModelDrafter(PollingDecoder(lean, cancel), confidence_threshold=0.0).propose(context, 4)
+    assert draft.token_ids == greedy_path(model, context, 4)[0]
+    assert widths[0] == 1  # the prompt went through prefill; only its last token made logits
+    assert len(lean.cached_tokens) == len(context) + 3
+    lean.crop(0)
+    cancel.cancel()
+    with pytest.raises(DraftCancelled):
+        ModelDrafter(PollingDecoder(lean, cancel)).propose(context, 4)
+    assert lean.cached_tokens == []
