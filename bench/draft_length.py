@@ -278,6 +278,8 @@ def summarize_policies(runs: list[dict[str, Any]], names: tuple[str, ...]) -> di
         statistics.mean(r["tokens_per_s"] for r in per["learned"])
         / statistics.mean(r["tokens_per_s"] for r in per[best])
         for per in by_prompt.values()
+        # a prompt the model answered with end-of-text at once has no speed to compare
+        if statistics.mean(r["tokens_per_s"] for r in per[best]) > 0
     ]
     summary["vs_best_fixed_tokens_per_s_overall"]["learned_median_over_prompts"] = median(ratios)
     if NO_CONFIDENCE_STOP in summary:

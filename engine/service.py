@@ -75,7 +75,8 @@ def decoder_weight_mb(decoder: object) -> float | None:
     seen: set[int] = set()
     total = 0
 
-    def add(value: object, depth: int = 0) -> None:  # a layer holds linears, a linear holds tensors
+    # A layer holds linears, a linear holds tensors, or two linears (a quantized draft's `SplitLinear`).
+    def add(value: object, depth: int = 0) -> None:
         nonlocal total
         if isinstance(value, torch.Tensor):
             # A weight prepacked for oneDNN has no storage to point at; it is never shared, so its own id keys it.
@@ -83,7 +84,7 @@ def decoder_weight_mb(decoder: object) -> float | None:
             if key not in seen:
                 seen.add(key)
                 total += value.numel() * value.element_size()
-        elif depth < 2 and hasattr(value, "__dict__"):
+        elif depth < 3 and hasattr(value, "__dict__"):
             for item in vars(value).values():
                 add(item, depth + 1)
 
