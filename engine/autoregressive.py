@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from engine.api import CancelToken, CompletionResult, OnText
-from engine.decoder import CausalDecoder
+from engine.decoder import CausalDecoder, forward_or_cancel
 from engine.generation import Decode, DecodeSettings, start_decoding
 from engine.healing import ForcedPrefix
 
@@ -35,10 +35,10 @@ def autoregressive_generate(
         )
         pending = run.prompt_ids[-1]  # fed next; its logits choose the next token
         while run.output.finish is None:
-            if cancel is not None and cancel.cancelled:
+            logits = forward_or_cancel(target, [pending], cancel)  # stops between layers on a cancel
+            if logits is None:
                 run.output.cancel()
                 break
-            logits = target.forward([pending])
             if forced is not None:
                 logits = forced.constrain(logits)
             token = run.picker.pick(logits[0])

@@ -7,9 +7,12 @@ the baseline and the draft-model drafter only ever talk to this protocol.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
+
+if TYPE_CHECKING:
+    from engine.api import CancelToken
 
 
 class CausalDecoder(Protocol):
@@ -44,6 +47,30 @@ class InterruptiblePrefill(Protocol):
     def prefill_interruptibly(self, token_ids: list[int], should_stop: Callable[[], bool]) -> int:
         """Prefill `token_ids` (no logits) until `should_stop()`; return how many are now cached."""
         ...
+
+
+@runtime_checkable
+class InterruptibleForward(Protocol):
+    """A decoder whose forward can stop between layers: a cancel then waits for one layer, not a whole
+    forward (~90 ms for a Qwen2.5-Coder-0.5B verify on one core). A stopped forward caches nothing."""
+
+    def forward_unless(self, token_ids: list[int], should_stop: Callable[[], bool]) -> torch.Tensor | None:
+        """`forward(token_ids)`, or None (and the cache as it was) once `should_stop()` before a layer."""
+        ...
+
+
+def forward_or_cancel(
+    decoder: CausalDecoder, token_ids: list[int], cancel: CancelToken | None
+) -> torch.Tensor | None:
+    """The logits of `token_ids`, or None when `cancel` fired during the forward (checked between layers
+    where the decoder can, else only before it)."""
+    if cancel is None:
+        return decoder.forward(token_ids)
+    if cancel.cancelled:
+        return None
+    if isinstance(decoder, InterruptibleForward):
+        return decoder.forward_unless(token_ids, lambda: cancel.cancelled)
+    return decoder.forward(token_ids)
 
 
 @runtime_checkable

@@ -187,6 +187,14 @@ class LeanLlamaDecoder:
     def forward(self, token_ids: list[int]) -> torch.Tensor:
         return self._run(token_ids, logits=True)
 
+    def forward_unless(self, token_ids: list[int], should_stop: Callable[[], bool]) -> torch.Tensor | None:
+        """`forward`, checking `should_stop()` before every layer; None once it is true. A stopped forward
+        leaves the cached tokens as they were: the keys and values it wrote lie past them, to be overwritten."""
+        try:
+            return self._run(token_ids, logits=True, should_stop=should_stop)
+        except _Stopped:
+            return None
+
     def prefill(self, token_ids: list[int]) -> None:
         """Append tokens whose logits nobody needs (the prompt): skips the vocabulary projection."""
         for start in range(0, len(token_ids), PREFILL_CHUNK):

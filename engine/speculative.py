@@ -23,7 +23,7 @@ from engine.api import (
     OnText,
 )
 from engine.costs import StepCosts
-from engine.decoder import CausalDecoder, InterruptiblePrefill, PrefillingDecoder
+from engine.decoder import CausalDecoder, InterruptiblePrefill, PrefillingDecoder, forward_or_cancel
 from engine.drafters.base import Draft, Drafter, DraftPlan
 from engine.drafters.forced import ForcedPrefixDrafter
 from engine.generation import Decode, DecodeSettings, OutputTracker, start_decoding
@@ -39,8 +39,8 @@ class DraftCancelled(Exception):
 
 class PollingDecoder:
     """Wraps a drafter's decoder for one call so a cancel is seen between every draft step, not only between
-    rounds: `forward` raises `DraftCancelled` once `cancel` fires. The wrapped cache is never left
-    half-written: the check runs before the forward.
+    rounds (and between layers where the decoder allows): `forward` raises `DraftCancelled` once `cancel`
+    fires. The wrapped cache is never left half-written: a stopped forward caches nothing.
     """
 
     def __init__(self, inner: CausalDecoder, cancel: CancelToken | None) -> None:
@@ -54,9 +54,10 @@ class PollingDecoder:
         return self.inner.cached_tokens
 
     def forward(self, token_ids: list[int]) -> torch.Tensor:
-        if self.cancel is not None and self.cancel.cancelled:
+        logits = forward_or_cancel(self.inner, token_ids, self.cancel)
+        if logits is None:
             raise DraftCancelled
-        return self.inner.forward(token_ids)
+        return logits
 
     def crop(self, length: int) -> None:
         self.inner.crop(length)
@@ -136,8 +137,12 @@ def speculative_generate(
             draft_ids = draft.token_ids[: max(0, k)]
             if _cancelled(cancel):
                 break
-            # 4. Verify every draft in ONE target forward: k + 1 rows of logits, under any constraint.
-            logits = constrain(target.forward([context[-1], *draft_ids]), draft_ids)
+            # 4. Verify every draft in ONE target forward: k + 1 rows of logits, under any constraint. A cancel
+            #    stops it between layers, leaving the cache as it was.
+            verified = forward_or_cancel(target, [context[-1], *draft_ids], cancel)
+            if verified is None:
+                break
+            logits = constrain(verified, draft_ids)
             stats.target_forwards += 1
             # 5. Accept: greedy prefix match, or Leviathan Alg. 1 with the drafter's q (one-hot when None).
             if settings.greedy:

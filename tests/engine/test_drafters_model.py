@@ -221,9 +221,9 @@ def test_catching_up_on_a_prompt_reads_it_without_logits_and_stops_at_a_cancel(
 
     context = [random.Random(5).randrange(1, VOCAB) for _ in range(40)]
     lean = LeanLlamaDecoder(model, 128)
-    widths: list[int] = []
-    forward = lean.forward
-    lean.forward = lambda ids: (widths.append(len(ids)), forward(ids))[1]  # type: ignore[method-assign]
+    widths: list[int] = []  # of every forward that computes logits (behind `PollingDecoder`: interruptible)
+    forward_unless = lean.forward_unless
+    lean.forward_unless = lambda ids, stop: (widths.append(len(ids)), forward_unless(ids, stop))[1]  # type: ignore[method-assign]
     cancel = CancelToken()
     draft = ModelDrafter(PollingDecoder(lean, cancel), confidence_threshold=0.0).propose(context, 4)
     assert draft.token_ids == greedy_path(model, context, 4)[0]

@@ -288,3 +288,48 @@ def test_the_engine_remembers_a_poorly_accepted_draft_model_across_calls(llama) 
     first_token_holds = engine.draft_acceptance.continue_probs("model", "")[0]
     assert first_token_holds < 0.5
     assert rounds[0] > 0 and rounds[2] < rounds[0]  # later calls start with the model already benched
+
+
+def test_a_cancel_between_layers_stops_a_forward_and_leaves_the_cache_as_it_was() -> None:
+    from engine.decoder import forward_or_cancel
+    from engine.lean import LeanLlamaDecoder
+
+    model = tiny_llama(seed=41, layers=4)
+    lean, fresh = LeanLlamaDecoder(model, WINDOW), LeanLlamaDecoder(model, WINDOW)
+    ids = prompt_ids(20, seed=3)
+    lean.prefill(ids[:-1])
+    checks: list[int] = []
+
+    def third_check_stops() -> bool:
+        checks.append(1)
+        return len(checks) >= 3
+
+    assert lean.forward_unless([ids[-1], 5, 6], third_check_stops) is None
+    assert len(checks) == 3  # stopped before its third of four layers
+    assert lean.cached_tokens == ids[:-1]
+    # The keys and values the stopped forward wrote lie past the cache and are overwritten.
+    fresh.prefill(ids[:-1])
+    assert torch.equal(lean.forward([ids[-1], 5, 6]), fresh.forward([ids[-1], 5, 6]))
+    token = CancelToken()
+    token.cancel()
+    assert forward_or_cancel(lean, [7], token) is None and len(lean.cached_tokens) == len(ids) + 2
+
+
+@pytest.mark.parametrize("drafter", ["none", "hybrid"])
+def test_a_cancel_inside_a_target_forward_ends_the_call_and_the_next_one_is_unaffected(drafter) -> None:
+    target = tiny_llama(seed=41)
+    engine = local_engine(target, target)
+    text = decode(prompt_ids(30, seed=8))
+    prompt = engine.encode(text)
+    expected = hf_greedy(target, prompt, 16, stop_at=engine.eos_ids)
+    request = CompletionRequest(prompt=text, max_new_tokens=16, drafter=drafter)
+    engine.warm(request)  # the prompt is read: from here every look at the token is a forward's
+    result = engine.complete(request, cancel=CancelAtCheck(7))
+    assert result.finish_reason == "cancelled"
+    assert 0 < len(result.token_ids) < 16 and expected[: len(result.token_ids)] == result.token_ids
+    # The forward that saw the cancel cached nothing: the cache still holds the context but its last token.
+    cached = engine.target.cached_tokens
+    assert cached == (prompt + result.token_ids)[: len(cached)]
+    assert len(cached) <= len(prompt) + len(result.token_ids) - 1
+    again = engine.complete(request)
+    assert again.token_ids == expected
