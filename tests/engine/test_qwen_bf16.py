@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 from engine_core_support import FixedLength, assert_parts_only_at_a_near_tie
-from test_qwen_coder import LARGE, PROMPTS, SMALL, SUFFIX, needs
+from test_qwen_coder import LARGE, PROMPTS, SMALL, drafter_inputs, needs
 
 from engine.api import CompletionRequest
 from engine.autoregressive import autoregressive_generate
@@ -50,12 +50,7 @@ def check_every_drafter(engine: Any, drafters: tuple[str, ...]) -> int:
         recorder = MarginRecorder(engine.target)
         plain = autoregressive_generate(recorder, engine.encode(text), settings, decode=engine.decode)
         assert len(plain.token_ids) >= 8 and len(recorder.margins) == len(plain.token_ids)
-        stale = engine.decode(plain.token_ids[: NEW_TOKENS // 2]) + " wrong tail"
-        extra: dict[str, dict[str, Any]] = {
-            "suffix": {"suffix": SUFFIX},
-            "stale": {"previous_completion": stale},
-            "hybrid": {"suffix": SUFFIX, "previous_completion": stale},
-        }
+        extra = drafter_inputs(engine, plain.token_ids)
         for drafter in drafters:
             for policy in ({}, {"draft_policy": FixedLength(8)}):
                 request = CompletionRequest(

@@ -73,6 +73,17 @@ def complete(engine: Any, prompt: str, drafter: str, **extra: Any) -> Any:
     )
 
 
+def drafter_inputs(engine: Any, plain_ids: list[int]) -> dict[str, dict[str, Any]]:
+    """What each copying drafter copies from, per drafter: the text after the cursor, and an earlier
+    suggestion whose first half is right (the plain run's own tokens) and whose tail is wrong."""
+    stale = engine.decode(plain_ids[: NEW_TOKENS // 2]) + " wrong tail"
+    return {
+        "suffix": {"suffix": SUFFIX},
+        "stale": {"previous_completion": stale},
+        "hybrid": {"suffix": SUFFIX, "previous_completion": stale},
+    }
+
+
 def identical_for_every_drafter(
     engine: Any, drafters: tuple[str, ...], **request: Any
 ) -> dict[str, list[int]]:
@@ -82,12 +93,7 @@ def identical_for_every_drafter(
     for prompt in PROMPTS:
         plain = complete(engine, prompt, "none")
         assert len(plain.token_ids) >= 8, "plain decoding produced (almost) nothing"
-        stale = engine.decode(plain.token_ids[: NEW_TOKENS // 2]) + " wrong tail"
-        extra: dict[str, dict[str, Any]] = {
-            "suffix": {"suffix": SUFFIX},
-            "stale": {"previous_completion": stale},
-            "hybrid": {"suffix": SUFFIX, "previous_completion": stale},
-        }
+        extra = drafter_inputs(engine, plain.token_ids)
         for drafter in drafters:
             result = complete(engine, prompt, drafter, **extra.get(drafter, {}), **request)
             assert result.token_ids == plain.token_ids, f"{drafter} differs on {prompt[-30:]!r}"
