@@ -166,7 +166,12 @@ def run_draft_length(config: DraftLengthConfig, progress: bool = True) -> dict[s
     if not prompts:
         raise RuntimeError("no held-out prompts could be built (is the standard library readable?)")
     runner = MethodRunner(
-        engine, ThroughputConfig(max_new_tokens=config.max_new_tokens, stop_at_eos=config.stop_at_eos)
+        engine,
+        ThroughputConfig(
+            max_new_tokens=config.max_new_tokens,
+            stop_at_eos=config.stop_at_eos,
+            warm_prompt=config.warm_prompt,
+        ),
     )
     names = policy_names(engine.draft_decoder is not None, config.fixed_lengths)
     longest_fixed = f"fixed-{max(config.fixed_lengths)}"
@@ -174,9 +179,7 @@ def run_draft_length(config: DraftLengthConfig, progress: bool = True) -> dict[s
 
     def run(name: str, prompt: BenchPrompt, limit: int) -> dict[str, Any]:
         policy = factory.make(name, prompt)
-        engine.target.crop(0)
-        if engine.draft_decoder is not None:
-            engine.draft_decoder.crop(0)
+        runner.reset_caches(prompt, limit)  # empty, or with `warm_prompt` holding the prompt
         ctx = prompt.context
         request = CompletionRequest(
             prompt=ctx.prompt,
@@ -187,8 +190,6 @@ def run_draft_length(config: DraftLengthConfig, progress: bool = True) -> dict[s
             draft_policy=policy,
             draft_confidence_stop=0.0 if name == NO_CONFIDENCE_STOP else None,
         )
-        if config.warm_prompt:
-            engine.warm(request)
         runner._sync()
         start = time.perf_counter()
         result = engine.complete(request)

@@ -147,7 +147,7 @@ class MethodRunner:
         limit = max_new_tokens or self.config.max_new_tokens
         engine_method = method not in PEER_METHODS and method not in LLAMA_METHODS
         if engine_method:
-            self._reset_caches(prompt, limit)
+            self.reset_caches(prompt, limit)
         self._sync()
         start = time.perf_counter()
         if method in PEER_METHODS:
@@ -183,7 +183,7 @@ class MethodRunner:
             **policy_fields(self.config.draft_policy),
         )
 
-    def _reset_caches(self, prompt: BenchPrompt, limit: int) -> None:
+    def reset_caches(self, prompt: BenchPrompt, limit: int) -> None:
         """Empty caches, so no method profits from what another left behind; with `warm_prompt`, then the
         prompt read into both, untimed, as the server's idle warm-up does."""
         self.engine.target.crop(0)

@@ -95,21 +95,29 @@ def sync_cache(decoder: CausalDecoder, prompt_ids: list[int], cancel: CancelToke
     reused = common_prefix_length(decoder.cached_tokens, prompt_ids[:-1])
     decoder.crop(reused)
     remaining = prompt_ids[reused:-1]
-    if not remaining:
-        return reused
-    if cancel is None:
-        _prefill(decoder, remaining)
-    elif isinstance(decoder, InterruptiblePrefill):
-        decoder.prefill_interruptibly(remaining, lambda: cancel.cancelled)
-    else:
-        for start in range(0, len(remaining), PREFILL_PIECE):
-            if cancel.cancelled:
-                break
-            _prefill(decoder, remaining[start : start + PREFILL_PIECE])
+    if remaining:
+        prefill_unless_cancelled(decoder, remaining, cancel)
     return reused
 
 
 PREFILL_PIECE = 64  # tokens per piece of a cancellable prefill on decoders that cannot stop inside one
+
+
+def prefill_unless_cancelled(decoder: CausalDecoder, token_ids: list[int], cancel: CancelToken | None) -> int:
+    """Append `token_ids` without logits, stopping soon after a cancel (within a layer where the decoder
+    can, else between pieces of PREFILL_PIECE tokens) and keeping what was computed; returns how many of
+    them are now cached."""
+    if cancel is None:
+        _prefill(decoder, token_ids)
+        return len(token_ids)
+    if isinstance(decoder, InterruptiblePrefill):
+        return decoder.prefill_interruptibly(token_ids, lambda: cancel.cancelled)
+    done = 0
+    while done < len(token_ids) and not cancel.cancelled:
+        piece = token_ids[done : done + PREFILL_PIECE]
+        _prefill(decoder, piece)
+        done += len(piece)
+    return done
 
 
 def _prefill(decoder: CausalDecoder, token_ids: list[int]) -> None:

@@ -167,7 +167,8 @@ def make_linear(
     dense_for_many: bool = False,
 ) -> Linear:
     """The projection in `quantization` (int4 falls back to int8 where its packing does not fit the shape);
-    with `dense_for_many` a quantized one keeps the full-precision weights too, for inputs of more than QUANTIZED_MAX_ROWS rows (`SplitLinear`)."""
+    with `dense_for_many` a quantized one keeps the full-precision weights too, for inputs of more than
+    QUANTIZED_MAX_ROWS rows (`SplitLinear`)."""
     if quantization == "none":
         return _dense_linear(weight, bias)
     # A projection whose shape the int4 packing cannot take (an odd vocabulary) gets int8 instead.

@@ -23,10 +23,10 @@ from engine.api import (
     OnText,
 )
 from engine.costs import StepCosts
-from engine.decoder import CausalDecoder, InterruptiblePrefill, PrefillingDecoder, forward_or_cancel
+from engine.decoder import CausalDecoder, forward_or_cancel
 from engine.drafters.base import Draft, Drafter, DraftPlan
 from engine.drafters.forced import ForcedPrefixDrafter
-from engine.generation import Decode, DecodeSettings, OutputTracker, start_decoding
+from engine.generation import Decode, DecodeSettings, OutputTracker, prefill_unless_cancelled, start_decoding
 from engine.healing import ForcedPrefix
 from engine.verify import greedy_accept, speculative_sample_accept
 
@@ -63,19 +63,9 @@ class PollingDecoder:
         self.inner.crop(length)
 
     def prefill(self, token_ids: list[int]) -> None:
-        """Catch the draft up on a prompt without logits; stops within a layer of a cancel where the inner
-        decoder can (keeping what it computed), else before the read."""
-        if self.cancel is not None and self.cancel.cancelled:
+        """Catch the draft up on a prompt without logits; a cancel stops it soon, keeping what it computed."""
+        if prefill_unless_cancelled(self.inner, token_ids, self.cancel) < len(token_ids):
             raise DraftCancelled
-        cancel = self.cancel
-        if cancel is not None and isinstance(self.inner, InterruptiblePrefill):
-            done = self.inner.prefill_interruptibly(token_ids, lambda: cancel.cancelled)
-            if done < len(token_ids):
-                raise DraftCancelled
-        elif isinstance(self.inner, PrefillingDecoder):
-            self.inner.prefill(token_ids)
-        else:
-            self.inner.forward(token_ids)
 
 
 def speculative_generate(
