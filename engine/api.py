@@ -34,6 +34,14 @@ StopCheck = Callable[[str], int | None]
 OnText = Callable[[str], None]
 
 
+@runtime_checkable
+class ConfidenceReader(Protocol):
+    """A StopCheck that also reads how sure the target was: before each call with the text, the engine hands
+    it `token_probs` and `token_ends` as `CompletionResult` describes them (what a confidence gate needs)."""
+
+    def read_token_probs(self, token_probs: Sequence[float], token_ends: Sequence[int]) -> None: ...
+
+
 def cut_at_stop(text: str, stop_strings: tuple[str, ...], stop_check: StopCheck | None) -> tuple[str, bool]:
     """`text` as far as a completion that reads it so far may go, and whether a stop rule ended it there.
 
@@ -192,6 +200,11 @@ class CompletionResult:
     finish_reason: FinishReason
     token_ids: list[int] = field(default_factory=list)
     stats: EngineStats = field(default_factory=EngineStats)
+    # Per token of token_ids (the local engine; empty where a backend does not know them): the target's
+    # probability of that token (softmax of its logits, before any sampling warp, under a forced prefix's
+    # constraint), and where the token's text ends in `text` (a forced prefix's own tokens end at 0).
+    token_probs: list[float] = field(default_factory=list)
+    token_ends: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import torch
 
 from engine.api import CancelToken, CompletionResult, OnText
 from engine.decoder import CausalDecoder, forward_or_cancel
-from engine.generation import Decode, DecodeSettings, start_decoding
+from engine.generation import Decode, DecodeSettings, start_decoding, token_probabilities
 from engine.healing import ForcedPrefix
 
 
@@ -45,6 +45,6 @@ def autoregressive_generate(
             if forced is not None:
                 forced.advance([token])
             run.stats.target_forwards += 1
-            run.output.extend([token])
+            run.output.extend([token], token_probabilities(logits, [token]))
             pending = token
     return run.finish(unfinished="length")

@@ -19,6 +19,7 @@ from engine.api import (
     CancelToken,
     CompletionRequest,
     CompletionResult,
+    ConfidenceReader,
     EngineStats,
     FinishReason,
     OnText,
@@ -127,6 +128,14 @@ def _prefill(decoder: CausalDecoder, token_ids: list[int]) -> None:
         decoder.forward(token_ids)
 
 
+def token_probabilities(logits: torch.Tensor, token_ids: Sequence[int]) -> list[float]:
+    """The probability row i of `logits` gives token_ids[i] (softmax at temperature 1, no warp): how sure the
+    target was of what it generated. Reads only; the tokens themselves are chosen elsewhere."""
+    rows = logits[: len(token_ids)].float()
+    chosen = rows[torch.arange(len(token_ids)), torch.tensor(token_ids, device=rows.device)]
+    return (chosen - rows.logsumexp(-1)).exp().tolist()
+
+
 class TokenPicker:
     """The target's choice from one row of logits: argmax when greedy, else a warped, seeded sample."""
 
@@ -163,28 +172,34 @@ class OutputTracker:
         self.on_text = on_text
         self.hidden_prefix = hidden_prefix  # a forced prefix (`engine.healing`): generated, but already typed
         self.token_ids: list[int] = []
+        self.token_probs: list[float] = []  # the target's probability of each token (`token_probabilities`)
+        self.token_ends: list[int] = []  # where each token's text ends in the visible text
         self.text = ""
         self.finish: FinishReason | None = None
         self._streamed = ""
+        stop_check = settings.stop_check
+        self._confidence = stop_check if isinstance(stop_check, ConfidenceReader) else None
 
     @property
     def remaining(self) -> int:
         return self.settings.max_new_tokens - len(self.token_ids)
 
-    def extend(self, new_ids: list[int]) -> None:
-        """Add the tokens accepted this round; sets `finish` when a stop rule fires.
+    def extend(self, new_ids: list[int], probs: Sequence[float] | None = None) -> None:
+        """Add the tokens accepted this round (with the target's probability of each, when known); sets
+        `finish` when a stop rule fires.
 
         The rules see the text after every token, also when a round accepted several: a rule that cuts
         before the text that triggered it then cuts at the same place in the plain and the speculative loop.
         Decoding a few hundred ids costs tens of microseconds.
         """
-        for token in new_ids:
+        for index, token in enumerate(new_ids):
             if token in self.settings.eos_ids:
                 self.finish = "eos"
                 break
             if self.remaining <= 0:
                 break
             self.token_ids.append(token)
+            self.token_probs.append(float(probs[index]) if probs is not None else float("nan"))
             if self.remaining <= 0:
                 self.finish = "length"
             self._apply_stop_rules()
@@ -199,21 +214,24 @@ class OutputTracker:
     def result_parts(self) -> tuple[str, list[int]]:
         return self.text, self.token_ids
 
+    def _apply_stop_rules(self) -> None:
+        visible = self._visible(self.token_ids)
+        self.token_ends.append(len(visible))
+        if self._confidence is not None:
+            self._confidence.read_token_probs(self.token_probs, self.token_ends)
+        text, stopped = cut_at_stop(visible, self.settings.stop_strings, self.settings.stop_check)
+        if stopped:
+            self.token_ids = self._ids_covering(text)
+            del self.token_probs[len(self.token_ids) :], self.token_ends[len(self.token_ids) :]
+            self.finish = "stop"
+        self.text = text
+
     def _visible(self, token_ids: list[int]) -> str:
         """The completion text of these ids: what follows the hidden prefix ("" while still inside it)."""
         text = self.decode(token_ids)
         if not self.hidden_prefix:
             return text
         return text[len(self.hidden_prefix) :] if text.startswith(self.hidden_prefix) else ""
-
-    def _apply_stop_rules(self) -> None:
-        text, stopped = cut_at_stop(
-            self._visible(self.token_ids), self.settings.stop_strings, self.settings.stop_check
-        )
-        if stopped:
-            self.token_ids = self._ids_covering(text)
-            self.finish = "stop"
-        self.text = text
 
     def _ids_covering(self, text: str) -> list[int]:
         """The shortest prefix of the accepted ids whose text covers the cut text (may overrun the cut)."""
@@ -268,6 +286,8 @@ class Decoding:
             finish_reason=self.output.finish or unfinished,
             token_ids=token_ids,
             stats=stats,
+            token_probs=list(self.output.token_probs),
+            token_ends=list(self.output.token_ends),
         )
 
 

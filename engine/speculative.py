@@ -26,7 +26,14 @@ from engine.costs import StepCosts
 from engine.decoder import CausalDecoder, forward_or_cancel
 from engine.drafters.base import Draft, Drafter, DraftPlan
 from engine.drafters.forced import ForcedPrefixDrafter
-from engine.generation import Decode, DecodeSettings, OutputTracker, prefill_unless_cancelled, start_decoding
+from engine.generation import (
+    Decode,
+    DecodeSettings,
+    OutputTracker,
+    prefill_unless_cancelled,
+    start_decoding,
+    token_probabilities,
+)
 from engine.healing import ForcedPrefix
 from engine.verify import greedy_accept, speculative_sample_accept
 
@@ -152,8 +159,9 @@ def speculative_generate(
             drafter.observe(context, accepted, len(draft_ids))
             if learner is not None and sized_by_policy:
                 learner.observe(used, len(draft_ids), accepted)
-            # 7. Stream the accepted text and apply the stop rules (EOS, length, stop strings, callback).
-            output.extend(new_tokens)
+            # 7. Stream the accepted text and apply the stop rules (EOS, length, stop strings, callback), with
+            #    the target's probability of each accepted token (row i of the verify predicts token i).
+            output.extend(new_tokens, token_probabilities(logits, new_tokens))
         if output.finish is None:
             output.cancel()
     return run.finish(unfinished="cancelled")

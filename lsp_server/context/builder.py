@@ -19,7 +19,7 @@ from lsp_server.context.fim import (
 from lsp_server.context.indentation import IndentStyle, indent_style_around, reindent
 from lsp_server.context.snippets import display_path, select_snippets
 from lsp_server.context.stops import SyntaxStopRules, finalize
-from lsp_server.context.syntax import Mode, completion_mode, indent_width, opens_block
+from lsp_server.context.syntax import Mode, completion_mode, indent_width, literal_kind, opens_block
 from lsp_server.languages import language_spec
 
 if TYPE_CHECKING:
@@ -41,6 +41,9 @@ class ContextSettings:
     # "auto": the shape measured best for the model (its catalog entry), else FIM where the tokenizer has
     # FIM tokens; "fim" or "prefix-only" force one (what `specls bench lines --prompt-shape` compares).
     prompt_shape: str = "auto"
+    # The gate (`gate.first_line_confidence`): no suggestion whose first line holds a token the model gave a
+    # lower probability than this; 0 shows everything. Fit on held-out line starts (docs/line-starts.md).
+    min_first_line_probability: float = 0.0
 
 
 @dataclass
@@ -183,6 +186,16 @@ def build_completion_context(
         line_comment=spec.line_comment if spec else "",
         tab_size=settings.tab_size,
         markers=marker_texts(info.special_tokens),
+        literal=literal_kind(
+            text,
+            offset,
+            tree=tree,
+            byte_offset=doc.byte_offset(offset) if tree is not None else None,
+            language=doc.language,
+        )
+        if mode != "none"
+        else None,
+        min_first_line_probability=settings.min_first_line_probability,
     )
     style = indent_style_around(text, offset)
     if mode == "none":

@@ -8,7 +8,9 @@ Each rule looks at the completion text so far and may name an index where it mus
    block with a line that starts with a bracket the completion has not opened);
 4. brackets balanced against the suffix: a closing bracket the suffix already supplies is not generated;
 5. no duplication: the rest of the cursor's line, or the next non-empty line of the file, is not repeated;
-6. no degeneration: the completion ends before it repeats itself (`first_repetition`).
+6. no degeneration: the completion ends before it repeats itself (`first_repetition`);
+7-9. what is shown (`gate`): no chat artifacts (fences, prose), no suggestion that only repeats the next line or
+   the text after the cursor, and a first line the model was confident of (when the backend says how sure).
 
 The engine checks the text after every token in the plain and the speculative loop alike, so each rule ends
 both at the same token and greedy speculative output stays identical to plain output.
@@ -18,10 +20,20 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from engine.words import NAME, is_word_char
-from lsp_server.context.syntax import CLOSERS, MATCHING, OPENERS, Mode, indent_width, indentation
+from lsp_server.context.gate import chat_artifact, first_line_confidence, repeats_neighbour
+from lsp_server.context.syntax import (
+    CLOSERS,
+    MATCHING,
+    OPENERS,
+    LiteralKind,
+    Mode,
+    indent_width,
+    indentation,
+)
 
 _QUOTES = "\"'`"
 
@@ -153,11 +165,16 @@ class SyntaxStopRules:
     line_comment: str = ""
     tab_size: int = 4
     markers: tuple[str, ...] = ()  # text that never belongs to a suggestion (`fim.marker_texts`)
+    literal: LiteralKind | None = None  # the comment or docstring the cursor is in (prose is allowed there)
+    min_first_line_probability: float = 0.0  # rule 9's threshold; 0: off
     suffix_closers: list[str] = field(init=False)
     rest_of_line: str = field(init=False)
     next_line: str = field(init=False)
     # Names of the rules that cut this completion, for the server's statistics ("repetition" is rule 6).
     fired: set[str] = field(init=False, default_factory=set)
+    # What the engine last said of its tokens (`engine.api.ConfidenceReader`); empty: not known.
+    token_probs: Sequence[float] = field(init=False, default=())
+    token_ends: Sequence[int] = field(init=False, default=())
 
     def __post_init__(self) -> None:
         self.suffix_closers = unmatched_closers(self.suffix[:4000], self.line_comment)
@@ -173,6 +190,9 @@ class SyntaxStopRules:
     def __call__(self, text: str) -> int | None:
         return self.cut(text, final=False)
 
+    def read_token_probs(self, token_probs: Sequence[float], token_ends: Sequence[int]) -> None:
+        self.token_probs, self.token_ends = token_probs, token_ends
+
     def cut(self, text: str, *, final: bool) -> int | None:
         """Where `text` must end, or None. `final`: generation is over, so the last line is complete."""
         cuts = [
@@ -183,8 +203,15 @@ class SyntaxStopRules:
             (self._bracket_from_suffix(text), "brackets"),
             (self._duplicates(text, final), "duplicate"),
             (first_repetition(text, self.line_before, final), "repetition"),
+            (chat_artifact(text, self.literal, final), "chat"),
         ]
         found = [(index, name) for index, name in cuts if index is not None]
+        # 8, 9: judged on what the other rules leave; each drops the whole suggestion.
+        kept = text[: min(found)[0]] if found else text
+        if self._repeats(kept, final):
+            found.append((0, "repeat"))
+        if self._unsure(kept):
+            found.append((0, "confidence"))
         if not found:
             return None
         index, name = min(found)
@@ -268,6 +295,21 @@ class SyntaxStopRules:
                 return max(start - 1, 0)
             start += len(line) + 1
         return None
+
+    # 8
+    def _repeats(self, text: str, final: bool) -> bool:
+        newline = text.find("\n")
+        if newline == -1 and not final:
+            return False  # the first line may still grow
+        first = text if newline == -1 else text[:newline]
+        return repeats_neighbour(first, self.line_before, self.rest_of_line, self.next_line)
+
+    # 9
+    def _unsure(self, text: str) -> bool:
+        if self.min_first_line_probability <= 0 or not self.token_probs:
+            return False
+        confidence = first_line_confidence(text, self.token_probs, self.token_ends)
+        return confidence is not None and confidence < self.min_first_line_probability
 
 
 def finalize(text: str, rules: SyntaxStopRules | None) -> str:

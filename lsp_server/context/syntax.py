@@ -102,6 +102,27 @@ def opens_block(line_before_cursor: str) -> bool:
     return stripped.endswith(_FALLBACK_BLOCK_ENDINGS)
 
 
+def literal_kind(
+    text: str,
+    offset: int,
+    *,
+    tree: Tree | None = None,
+    byte_offset: int | None = None,
+    language: str | None = None,
+) -> LiteralKind | None:
+    """The comment, docstring or string literal the cursor at character `offset` is in, or None (code)."""
+    before = text[text.rfind("\n", 0, offset) + 1 : offset]
+    spec = language_spec(language)
+    if spec is not None and tree is not None:
+        if byte_offset is None:
+            byte_offset = len(text[:offset].encode("utf-8", "surrogatepass"))
+        kind = literal_at(tree, byte_offset, spec)
+        if kind is None and tree.root_node.has_error:  # an unterminated literal the parser could not place
+            kind = unclosed_quote(before, spec.line_comment)
+        return kind
+    return "comment" if _fallback_in_line_comment(before) else None
+
+
 def completion_mode(
     text: str,
     offset: int,
@@ -122,16 +143,7 @@ def completion_mode(
 
     if offset < len(text) and is_word_char(text[offset]) and before and is_word_char(before[-1]):
         return "none"  # the cursor splits a word: a completion would glue onto it
-    spec = language_spec(language)
-    kind: LiteralKind | None = None
-    if spec is not None and tree is not None:
-        if byte_offset is None:
-            byte_offset = len(text[:offset].encode("utf-8", "surrogatepass"))
-        kind = literal_at(tree, byte_offset, spec)
-        if kind is None and tree.root_node.has_error:  # an unterminated literal the parser could not place
-            kind = unclosed_quote(before, spec.line_comment)
-    elif _fallback_in_line_comment(before):
-        kind = "comment"
+    kind = literal_kind(text, offset, tree=tree, byte_offset=byte_offset, language=language)
     if kind is not None:
         suppressed = suppress_in_strings if kind == "string" else suppress_in_comments
         return "none" if suppressed else "single-line"
