@@ -64,6 +64,65 @@ class Statistics:
     warm_cached: tuple[int, int] | None = None
     last_error: str | None = None  # the last failed completion, for the editors' status
 
+    # --- recording: the scheduler and the feedback handlers count through these, never by writing fields ---
+
+    def record_request(self) -> None:
+        self.requests += 1
+
+    def record_answer(self, latency_ms: float, empty_reason: str | None) -> None:
+        """A request was answered: with a suggestion (`empty_reason` None), or empty, and why."""
+        if empty_reason is not None:
+            self.answered_empty += 1
+            self.empty_reasons[str(empty_reason)] += 1
+        self.latencies_ms.append(latency_ms)
+
+    def record_typed_ahead_hit(self) -> None:
+        self.typed_ahead_hits += 1
+
+    def record_cache_hit(self, *, prefetched: bool) -> None:
+        self.cache_hits += 1
+        if prefetched:
+            self.prefetch_hits += 1
+
+    def record_prefetch_started(self) -> None:
+        self.prefetches += 1
+
+    def record_prefetch_taken(self) -> None:
+        self.prefetch_hits += 1
+
+    def record_generation_started(self) -> None:
+        self.generations += 1
+
+    def record_generation_done(self, result: CompletionResult | None, error: str | None) -> None:
+        """The engine returned: `result` (whole, cut short or cancelled), or None when it raised `error`."""
+        self.finished_generations += 1
+        if result is not None:
+            self.record_engine(result)
+            if result.finish_reason == "cancelled":
+                self.cancelled_generations += 1
+        if error is not None:
+            self.failed_generations += 1
+            self.last_error = f"completion failed: {error}"
+
+    def record_cancel_to_idle(self, ms: float) -> None:
+        self.cancel_to_idle_ms.append(ms)
+
+    def record_warm(self, trigger: str, cached_tokens: int, prompt_tokens: int) -> None:
+        self.warmups[str(trigger)] += 1
+        self.warm_cached = (cached_tokens, prompt_tokens)
+
+    def record_shown(self) -> None:
+        self.shown += 1
+
+    def record_accepted(self) -> None:
+        self.accepted += 1
+
+    def record_partially_accepted(self) -> None:
+        self.partially_accepted += 1
+
+    def record_rejected(self) -> None:
+        self.rejected += 1
+
     def record_engine(self, result: CompletionResult) -> None:
         self.last_finish_reason = result.finish_reason
         self.last_engine_stats = result.stats.as_dict()

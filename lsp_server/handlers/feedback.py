@@ -24,13 +24,13 @@ def _count_accept(ls: SpeclsServer, suggestion_id: Any) -> None:
     if len(ls.accepted_ids) > 10_000:
         ls.accepted_ids.clear()
     ls.accepted_ids.add(key)
-    ls.scheduler.stats.accepted += 1
+    ls.scheduler.stats.record_accepted()
     ls.schedule_status()
 
 
 @guarded(None)
 def did_show(ls: SpeclsServer, params: Any) -> None:
-    ls.scheduler.stats.shown += 1
+    ls.scheduler.stats.record_shown()
 
 
 @guarded(None)
@@ -40,12 +40,12 @@ def did_accept(ls: SpeclsServer, params: Any) -> None:
 
 @guarded(None)
 def did_partially_accept(ls: SpeclsServer, params: Any) -> None:
-    ls.scheduler.stats.partially_accepted += 1
+    ls.scheduler.stats.record_partially_accepted()
 
 
 @guarded(None)
 def did_reject(ls: SpeclsServer, params: Any) -> None:
-    ls.scheduler.stats.rejected += 1
+    ls.scheduler.stats.record_rejected()
     ls.schedule_status()
 
 

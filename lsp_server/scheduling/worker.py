@@ -1,10 +1,13 @@
 """The engine worker: the one thread that owns the backend.
 
-It loads the backend, builds each prompt (from a copy of the documents taken under the store lock) and runs
-`backend.complete`, which is CPU-bound and never touches the event loop. It reports back only through
-`loop.call_soon_threadsafe`, and the loop talks to a running generation only through its `CancelToken`,
-which the engine polls every speculative round. What the draft-length policy learned about the
-loaded model lives with the model, in the engine (`LocalEngine.draft_acceptance`).
+It loads the backend and runs jobs one at a time: a queued generation first (`backend.complete`), else the
+pending warm-up (`backend.warm`). Both become a prompt the same way (`_prompt`): copy the documents under
+the store lock, build the context from the copy, adopt the syntax trees it parsed. The prompt's policies
+are pure functions it calls (`prefetch.untyped_rest`, `warmups.warm_offset`); what to run, and when, the
+coordinator decides. The worker reports back only through `loop.call_soon_threadsafe` (`WorkerEvents`),
+and the loop talks to a running job only through its `CancelToken`, which the engine polls every
+speculative round and between a forward's layers. What the draft-length policy learned about the loaded
+model lives with the model, in the engine (`LocalEngine.draft_acceptance`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ from lsp_server.context import CompletionContext, ContextSettings
 from lsp_server.documents import DocumentStore, OutOfSyncError, UnknownDocumentError
 from lsp_server.engine_request import engine_request, without_lone_surrogates
 from lsp_server.jobs import FairQueue, Generation, is_current
+from lsp_server.scheduling.prefetch import untyped_rest
+from lsp_server.scheduling.reasons import EmptyReason, mode_none
+from lsp_server.scheduling.warmups import WarmTrigger, warm_offset
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +90,7 @@ class WarmJob:
     uri: str
     version: int
     offset: int | None
-    reason: str  # "open", "cursor", "save", "idle": for the statistics
+    reason: WarmTrigger  # for the statistics
     cancel: CancelToken = field(default_factory=CancelToken)
 
 
@@ -247,46 +253,22 @@ class EngineWorker:
     def _run(self, generation: Generation) -> None:
         backend, info, settings = self._backend, self._info, self._settings()
         if backend is None or info is None or generation.cancel.cancelled:
-            self._post(
-                self._events.generation_done,
-                generation,
-                "",
-                _empty("cancelled", "cancelled-before-start"),
-                None,
-            )
+            self._report_empty(generation, "cancelled", EmptyReason.CANCELLED_BEFORE_START)
             return
         try:
-            # The lock is held only to copy the documents: the prompt is built from the copy while the
-            # event loop goes on applying edits (a slow prompt must never hold up a keystroke).
-            with self._store_lock:
-                snapshot = self._snapshot_for(generation)
-            ctx = None
-            if snapshot is not None:
-                ctx = self._prompts.build_context(
-                    snapshot,
-                    generation.uri,
-                    generation.anchor,
-                    info,
-                    settings.context,
-                    lambda text: backend.count_tokens(without_lone_surrogates(text)),
-                )
-                with self._store_lock:
-                    self._store.adopt_trees(snapshot)
-            if ctx is None:  # edited or closed since the request: the client asks again
-                self._post(
-                    self._events.generation_done, generation, "", _empty("cancelled", "stale-context"), None
-                )
+            prompt = self._prompt(
+                backend,
+                info,
+                settings,
+                generation.uri,
+                generation.anchor,
+                lambda: self._snapshot_for(generation),
+            )
+            if isinstance(prompt, str):  # stale (the client asks again) or no completion belongs here
+                finish: FinishReason = "cancelled" if prompt == EmptyReason.STALE_CONTEXT else "stop"
+                self._report_empty(generation, finish, prompt)
                 return
-            if ctx.mode == "none":
-                self._post(
-                    self._events.generation_done,
-                    generation,
-                    "",
-                    _empty("stop", f"mode-none:{ctx.why_none}"),
-                    None,
-                )
-                return
-            request = engine_request(ctx, settings, previous_completion=generation.previous_completion)
+            request = engine_request(prompt.ctx, settings, previous_completion=generation.previous_completion)
             self._post(self._events.generation_started)
             result = backend.complete(
                 request,
@@ -299,15 +281,78 @@ class EngineWorker:
             text = (
                 result.text
                 if result.finish_reason == "cancelled"
-                else self._prompts.finalize(result.text, ctx)
+                else self._prompts.finalize(result.text, prompt.ctx)
             )
-            if ctx.stop_rules is not None and ctx.stop_rules.fired:  # for the statistics
-                result.stats.stop_rules_fired = sorted(ctx.stop_rules.fired)
+            if prompt.ctx.stop_rules is not None and prompt.ctx.stop_rules.fired:  # for the statistics
+                result.stats.stop_rules_fired = sorted(prompt.ctx.stop_rules.fired)
         except Exception as exc:  # a fault in one request must not take the worker down
             logger.exception("completion failed")
             self._post(self._events.generation_done, generation, "", None, f"{type(exc).__name__}: {exc}")
             return
         self._post(self._events.generation_done, generation, text, result, None)
+
+    def _run_warm(self, job: WarmJob) -> None:
+        backend, info, settings = self._backend, self._info, self._settings()
+        if not isinstance(backend, WarmingBackend) or info is None or job.cancel.cancelled:
+            return
+        try:
+            prompt = self._prompt(
+                backend, info, settings, job.uri, job.offset, lambda: self._snapshot_at(job)
+            )
+            if isinstance(prompt, str):
+                return
+            request = engine_request(prompt.ctx, settings, previous_completion="")
+            started = time.monotonic()
+            result = backend.warm(request, cancel=job.cancel)
+            logger.info(
+                "warm-up (%s) at %s:%s: %d of %d prompt tokens cached after %.0f ms%s",
+                job.reason,
+                job.uri,
+                prompt.offset,
+                result.cached_tokens,
+                result.prompt_tokens,
+                (time.monotonic() - started) * 1000,
+                " (pre-empted)" if job.cancel.cancelled else "",
+            )
+        except Exception:  # a warm-up is only an optimisation: log it, never take the worker down
+            logger.exception("warm-up failed")
+            return
+        self._post(self._events.cache_warmed, job, result)
+
+    def _prompt(
+        self,
+        backend: CompletionBackend,
+        info: BackendInfo,
+        settings: ServerSettings,
+        uri: str,
+        offset: int | None,
+        take_snapshot: Callable[[], DocumentStore | None],
+    ) -> Prompt | str:
+        """The one path from a job to its prompt, for generations and warm-ups alike: snapshot (under the
+        store lock) → build the context from the copy → adopt the trees it parsed. Returns why not when the
+        document went stale or no completion belongs at the cursor. `offset` None: the cursor is unknown."""
+        # The lock is held only to copy the documents: the prompt is built from the copy while the event
+        # loop goes on applying edits (a slow prompt must never hold up a keystroke).
+        with self._store_lock:
+            snapshot = take_snapshot()
+        if snapshot is None:  # edited or closed since the job was made
+            return EmptyReason.STALE_CONTEXT
+
+        def count(text: str) -> int:
+            return backend.count_tokens(without_lone_surrogates(text))
+
+        if offset is None:
+            offset = warm_offset(snapshot.get(uri).text, settings.context.max_prompt_tokens, count)
+        ctx = self._prompts.build_context(snapshot, uri, offset, info, settings.context, count)
+        with self._store_lock:
+            self._store.adopt_trees(snapshot)
+        if ctx.mode == "none":
+            return mode_none(ctx.why_none)
+        return Prompt(ctx, offset)
+
+    def _snapshot_at(self, job: WarmJob) -> DocumentStore | None:
+        """A copy of the documents while `job`'s document is still at its version (under the store lock)."""
+        return self._store.snapshot() if is_current(self._store, job.uri, job.version) else None
 
     def _snapshot_for(self, generation: Generation) -> DocumentStore | None:
         """A copy of the documents to build `generation`'s prompt from (under the store lock), or None when
@@ -319,71 +364,22 @@ class EngineWorker:
             document = self._store.servable(generation.uri)
         except (UnknownDocumentError, OutOfSyncError):
             return None
-        typed = generation.assumed_part_typed(document.text)
-        if typed is None:
+        rest = untyped_rest(generation, document.text)
+        if rest is None:
             return None
         snapshot = self._store.snapshot()
-        inserted = generation.assumed_accepted
-        if typed < len(inserted):
-            start = generation.anchor - len(inserted)
-            snapshot.assume_inserted(generation.uri, start + typed, inserted[typed:])
+        at, untyped = rest
+        if untyped:
+            snapshot.assume_inserted(generation.uri, at, untyped)
         return snapshot
 
-    def _run_warm(self, job: WarmJob) -> None:
-        backend, info, settings = self._backend, self._info, self._settings()
-        if not isinstance(backend, WarmingBackend) or info is None or job.cancel.cancelled:
-            return
-        try:
-            # As for a completion: build from a snapshot, so edits never wait on the lock meanwhile.
-            with self._store_lock:
-                current = is_current(self._store, job.uri, job.version)
-                snapshot = self._store.snapshot() if current else None
-            ctx = None
-            if snapshot is not None:
-
-                def count(text: str) -> int:
-                    return backend.count_tokens(without_lone_surrogates(text))
-
-                offset = job.offset
-                if offset is None:
-                    offset = warm_offset(snapshot, job.uri, settings.context.max_prompt_tokens, count)
-                ctx = self._prompts.build_context(snapshot, job.uri, offset, info, settings.context, count)
-                with self._store_lock:
-                    self._store.adopt_trees(snapshot)
-            if ctx is None or ctx.mode == "none":
-                return
-            request = engine_request(ctx, settings, previous_completion="")
-            started = time.monotonic()
-            result = backend.warm(request, cancel=job.cancel)
-            logger.info(
-                "warm-up (%s) at %s:%s: %d of %d prompt tokens cached after %.0f ms%s",
-                job.reason,
-                job.uri,
-                offset,
-                result.cached_tokens,
-                result.prompt_tokens,
-                (time.monotonic() - started) * 1000,
-                " (pre-empted)" if job.cancel.cancelled else "",
-            )
-        except Exception:  # a warm-up is only an optimisation: log it, never take the worker down
-            logger.exception("warm-up failed")
-            return
-        self._post(self._events.cache_warmed, job, result)
+    def _report_empty(self, generation: Generation, finish: FinishReason, why: str) -> None:
+        """Report a generation that ended before the model ran, with why (counted under `empty_reasons`)."""
+        result = CompletionResult("", finish, stats=EngineStats(empty_reason=why))
+        self._post(self._events.generation_done, generation, "", result, None)
 
 
-def warm_offset(store: DocumentStore, uri: str, budget: int, count_tokens: Callable[[str], int]) -> int:
-    """Where to warm a file whose cursor is unknown: the end of the longest start of it that fits in the
-    prompt budget (with room for snippets and markers). A prefix-first prompt for any cursor above that
-    point is a start of the prompt warmed there, so it finds its whole prefix cached."""
-    text = store.get(uri).text
-    budget = int(budget * 0.9)
-    # About 3 characters a token: look no further than twice that, so a huge file costs no more.
-    end = len(text) if len(text) <= budget * 6 else text.rfind("\n", 0, budget * 3) + 1
-    while end > 0 and count_tokens(text[:end]) > budget:
-        end = text.rfind("\n", 0, end - max(1, end // 10)) + 1  # a tenth back, to a line start
-    return end
-
-
-def _empty(finish: FinishReason, why: str) -> CompletionResult:
-    """A result with no text that says why (counted in `specls/stats` under `empty_reasons`)."""
-    return CompletionResult("", finish, stats=EngineStats(empty_reason=why))
+@dataclass(frozen=True)
+class Prompt:
+    ctx: CompletionContext
+    offset: int  # the cursor it was built for (a warm-up's unknown cursor, resolved)

@@ -1,0 +1,411 @@
+"""The coordinator: the only code that changes scheduling state or calls the engine worker.
+
+It runs on the event loop. Each document's state is one `DocumentState` (`document_state.py`); finished
+suggestions live in the `SuggestionCache`; what to do is decided by pure policies that take the frozen
+`SchedulingSettings`: `answers` (answer without a model call), `waiting` (whole, first-line and partial
+answers), `prefetch` and `warmups`. This module applies their decisions: it submits, cancels, resolves
+waiters, counts (`Statistics.record_*`) and reports to the server through its callbacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Literal
+
+from engine.api import BackendInfo, CompletionBackend, CompletionResult, WarmResult
+from lsp_server.config import ServerSettings
+from lsp_server.context import build_completion_context, finalize_completion
+from lsp_server.documents import DocumentStore, PositionError, UnknownDocumentError
+from lsp_server.jobs import Generation, is_current, suggestion_id
+from lsp_server.scheduling import answers, prefetch, waiting
+from lsp_server.scheduling.answers import Source
+from lsp_server.scheduling.document_state import DocumentState, DocumentStates
+from lsp_server.scheduling.generations import Generations
+from lsp_server.scheduling.reasons import EmptyReason
+from lsp_server.scheduling.settings import SchedulingSettings
+from lsp_server.scheduling.warmups import WarmTrigger, idle_delay_s, idle_warm_due, may_warm
+from lsp_server.scheduling.worker import ContextBuilder, EngineWorker, Finalizer, PromptSteps, WarmJob
+from lsp_server.statistics import Statistics
+from lsp_server.suggestion_cache import SuggestionCache
+
+BackendState = Literal["idle", "loading", "ready", "error"]
+
+
+@dataclass
+class Suggestion:
+    text: str  # to insert at the cursor
+    suggestion_id: str
+
+
+class Scheduler:
+    def __init__(
+        self,
+        store: DocumentStore,
+        settings: ServerSettings,
+        backend_factory: Callable[[ServerSettings], CompletionBackend],
+        *,
+        build_context: ContextBuilder = build_completion_context,
+        finalize: Finalizer = finalize_completion,
+        on_state: Callable[[BackendState, str], None] = lambda state, message: None,
+        on_log: Callable[[int, str], None] = lambda level, message: None,
+        on_completion: Callable[[], None] = lambda: None,
+        on_grown: Callable[[Generation], None] = lambda generation: None,
+        cache_documents: int = 64,
+    ) -> None:
+        self.store = store
+        self.stats = Statistics()
+        self.state: BackendState = "idle"
+        self.info: BackendInfo | None = None
+        self._on_state, self._on_log = on_state, on_log
+        self._on_completion, self._on_grown = on_completion, on_grown
+        self._client_refreshes = False
+        self._use(settings)
+        self._documents = DocumentStates(keep_generations=cache_documents)
+        self._suggestions = SuggestionCache()  # the one home of finished suggestions
+        self._last_uri: str | None = None  # the document last opened, asked in or pointed at
+        # Held by the loop while it edits documents and by the worker while it copies them.
+        self.store_lock = threading.Lock()
+        prompts = PromptSteps(build_context, finalize)
+        self._worker = EngineWorker(
+            store, self.store_lock, backend_factory, lambda: self.settings, prompts, self
+        )
+        self._generations = Generations(self._worker, self.stats, on_log, on_ended=self._generation_ended)
+
+    def _use(self, settings: ServerSettings) -> None:
+        self.settings = settings
+        self.policy = SchedulingSettings.of(settings, client_refreshes=self._client_refreshes)
+
+    @property
+    def client_refreshes(self) -> bool:
+        """Set at initialize when the client asks again on `specls/suggestionGrown`."""
+        return self._client_refreshes
+
+    @client_refreshes.setter
+    def client_refreshes(self, refreshes: bool) -> None:
+        self._client_refreshes = refreshes
+        self._use(self.settings)
+
+    # --- lifecycle ---
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._worker.start(loop)
+
+    def load(self, settings: ServerSettings) -> None:
+        """(Re)load the backend on the worker; requests are answered empty until it is ready."""
+        self._use(settings)
+        self._set_state("loading", f"loading {settings.backend} backend")
+        self._cancel_everything()
+        self._worker.load(settings)
+
+    def update_settings(self, settings: ServerSettings) -> None:
+        """Apply settings that need no reload; they hold from the next job, and finished suggestions made
+        under the old ones are no longer served."""
+        if settings != self.settings:
+            for state in self._documents:
+                if state.generation is not None and state.generation.done:
+                    state.generation = None
+            self._suggestions.clear()
+        self._use(settings)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Cancel everything and end the engine thread, waiting up to `timeout` s for it (see `join`)."""
+        self._cancel_everything()
+        self._worker.stop(timeout)
+
+    def join(self, timeout: float) -> bool:
+        """Wait for the engine thread to end (after `stop`): it stops at the engine's next cancel check."""
+        return self._worker.join(timeout)
+
+    @property
+    def generating(self) -> bool:
+        return any(not generation.done for generation in self._documents.generations())
+
+    @contextmanager
+    def editing(self) -> Iterator[DocumentStore]:
+        """Edit documents without racing the worker's copying them."""
+        with self.store_lock:
+            yield self.store
+
+    # --- document events ---
+
+    def document_changed(self, uri: str) -> None:
+        """Stop the document's generation unless the edit only typed characters that agree with it."""
+        state = self._documents.get(uri)
+        if state is None:
+            return
+        ahead = state.prefetch
+        if ahead is not None and not ahead.done and not prefetch.still_fits(ahead, self._text_of(uri)):
+            self._drop_prefetch(state)
+        generation = state.running
+        if generation is None:
+            return
+        if self._generations.withdraw(uri, EmptyReason.EDITED_BEFORE_START):
+            return  # it had not started: its prompt was already stale, and the client will ask again
+        typed = self._typed_after(generation)
+        if typed is not None and waiting.keeps_going(generation.text, typed):
+            generation.agreed_typing = typed
+            return
+        self._generations.cancel(generation, EmptyReason.EDITED)
+
+    def document_opened(self, uri: str) -> None:
+        self._last_uri = uri
+        self._warm(uri, self._cursor(uri), WarmTrigger.OPEN)
+
+    def document_saved(self, uri: str) -> None:
+        self._warm(uri, self._cursor(uri), WarmTrigger.SAVE)
+
+    def cursor_moved(self, uri: str, line: int, character: int) -> None:
+        """The client says where the cursor is (focus, selection or visible range): warm there."""
+        try:
+            offset = self.store.offset_at(uri, line, character)
+        except (UnknownDocumentError, PositionError):
+            return
+        self._documents.of(uri).cursor = offset
+        self._last_uri = uri
+        self._warm(uri, offset, WarmTrigger.CURSOR)
+
+    def document_closed(self, uri: str) -> None:
+        """Forget everything about the document: its state, its suggestions, its running generations."""
+        self._suggestions.forget(uri)
+        state = self._documents.forget(uri)
+        if state is None:
+            return
+        self._drop_prefetch(state)
+        if state.running is not None:
+            self._generations.withdraw(uri, EmptyReason.CLOSED)
+            self._generations.cancel(state.running, EmptyReason.CLOSED)
+
+    # --- requests ---
+
+    async def complete(self, uri: str, line: int, character: int) -> Suggestion | None:
+        """Answer one completion request: a suggestion, or None for an empty answer."""
+        started = time.monotonic()
+        self.stats.record_request()
+        answer = await self._complete(uri, line, character)
+        suggestion = answer if isinstance(answer, Suggestion) and answer.text else None
+        why = None if suggestion else answer if isinstance(answer, str) else EmptyReason.NOTHING_LEFT
+        self.stats.record_answer((time.monotonic() - started) * 1000, why)
+        self._on_completion()
+        return suggestion
+
+    async def _complete(self, uri: str, line: int, character: int) -> Suggestion | str:
+        """A suggestion, or why the answer is empty."""
+        if self.state != "ready":
+            return EmptyReason.backend_not_ready(self.state)
+        try:
+            document = self.store.servable(uri)  # not one whose copy may differ from the client's
+            offset = self.store.offset_at(uri, line, character)
+        except (UnknownDocumentError, PositionError) as exc:
+            self._on_log(logging.WARNING, f"completion at {uri}:{line}:{character} not served: {exc}")
+            return EmptyReason.BAD_POSITION
+        version, text = document.version, document.text
+        self.store.touch(uri)
+        state = self._documents.of(uri)
+        state.cursor, state.requests, self._last_uri = offset, state.requests + 1, uri
+        self._schedule_idle_warm(state)
+
+        found = answers.typed_ahead(state, text, version, offset)
+        for ahead in found:
+            if ahead.takes_prefetch:
+                self._take_prefetch(state, ahead.generation)
+            if not ahead.wait:
+                continue  # finished (served from the cache below) or diverged
+            generation, typed = ahead.generation, ahead.typed
+            generation.agreed_typing = typed
+            plan = waiting.plan_typed_ahead(self.policy, generation.doc_text, generation.anchor, typed)
+            answer = await self._generations.wait(generation, typed, plan)
+            if answer:
+                self.stats.record_typed_ahead_hit()
+                return Suggestion(answer, suggestion_id(generation.id, typed))
+            if answer is not None:
+                return generation.end_reason or EmptyReason.NOTHING_LEFT
+            if not is_current(self.store, uri, version):
+                return EmptyReason.SUPERSEDED  # a newer edit arrived while we waited; its request owns it
+
+        served = answers.serve_finished(self._suggestions.find(uri, text, offset), found)
+        if served is not None:
+            self._record_served(served.source)
+            if served.prefetch_next:  # Tab after Tab
+                self._prefetch(state, text, offset, served.text)
+            return Suggestion(served.text, served.suggestion_id)
+
+        if self.policy.debounce_ms > 0:
+            asked = state.requests
+            await asyncio.sleep(self.policy.debounce_ms / 1000)
+            if state.requests != asked or not is_current(self.store, uri, version):
+                return EmptyReason.SUPERSEDED  # superseded while we waited
+
+        generation = self._submit(uri, version, text, offset)
+        answer = await self._generations.wait(
+            generation, "", waiting.plan_new_request(self.policy, text, offset)
+        )
+        if answer is None:
+            return EmptyReason.DIVERGED  # the typing went elsewhere while it generated
+        if not answer:
+            return generation.end_reason or EmptyReason.NOTHING_LEFT
+        return Suggestion(answer, suggestion_id(generation.id))
+
+    def _record_served(self, source: Source) -> None:
+        if source is Source.TYPED_AHEAD:
+            self.stats.record_typed_ahead_hit()
+        else:
+            self.stats.record_cache_hit(prefetched=source is Source.CACHED_PREFETCH)
+
+    def _submit(self, uri: str, version: int, text: str, offset: int) -> Generation:
+        """Start a generation at the cursor: newest wins, and every replaced request is still answered."""
+        for state in self._documents:  # a real request goes first
+            self._drop_prefetch(state)
+        state = self._documents.of(uri)
+        previous = state.generation
+        if previous is not None and not previous.done:
+            self._generations.cancel(previous, EmptyReason.SUPERSEDED)
+        generation = self._generations.new(uri, version, text, offset, previous.text if previous else "")
+        self._documents.set_generation(state, generation)
+        for other in self._documents.generations():  # nobody waits on them: another document goes first
+            if other.uri != uri and not other.done and not other.waiters:
+                other.end_reason = EmptyReason.ORPHANED
+                other.cancel.cancel()
+        self._generations.queue(generation)
+        return generation
+
+    # --- prefetch ---
+
+    def _prefetch(self, state: DocumentState, doc_text: str, anchor: int, suggestion: str) -> None:
+        """With `suggestion` shown at `anchor` and the engine idle, compute the next one as if it were taken."""
+        running = state.prefetch is not None and not state.prefetch.done
+        plan = prefetch.plan_prefetch(
+            self.policy, doc_text, anchor, suggestion,
+            ready=self.state == "ready", engine_busy=self._worker.busy, prefetch_running=running,
+        )  # fmt: skip
+        if plan is None or self._suggestions.find(state.uri, plan.assumed_text, plan.anchor) is not None:
+            return  # nothing to do now, or already known
+        # No version of the client's document holds this text (yet): version -1.
+        state.prefetch = self._generations.new(
+            state.uri, -1, plan.assumed_text, plan.anchor, "", assumed_accepted=suggestion
+        )
+        self.stats.record_prefetch_started()
+        self._generations.queue(state.prefetch)
+
+    def _take_prefetch(self, state: DocumentState, taken: Generation) -> None:
+        """A request is served from the prefetch `taken`: from now on it is the document's generation."""
+        if state.prefetch is taken:
+            state.prefetch = None
+        self._documents.set_generation(state, taken)
+        self.stats.record_prefetch_taken()
+        if taken.done and not taken.failed:  # Tab after Tab (a running one prefetches when it ends)
+            self._prefetch(state, taken.doc_text, taken.anchor, taken.text)
+
+    def _drop_prefetch(self, state: DocumentState) -> None:
+        dropped, state.prefetch = state.prefetch, None
+        if dropped is not None:
+            self._generations.drop(dropped, EmptyReason.PREFETCH_DROPPED)
+
+    # --- what follows a generation (`Generations` runs them) ---
+
+    def _generation_ended(self, generation: Generation) -> None:
+        """What follows a generation's end: a finished suggestion is kept, and the next one prefetched while
+        it is on screen; one answered in part is announced whole."""
+        if not generation.failed:
+            prefetched = bool(generation.assumed_accepted)
+            self._suggestions.put(
+                generation.uri, generation.doc_text, generation.anchor, generation.text, generation.id,
+                prefetched=prefetched,
+            )  # fmt: skip
+            state = self._documents.get(generation.uri)
+            if state is not None and state.generation is generation:
+                self._prefetch(state, generation.doc_text, generation.anchor, generation.text)
+        if generation.answered_short and not generation.failed and generation.text:
+            self._on_grown(generation)  # the client may ask again, and get the whole suggestion at once
+
+    def _cancel_everything(self) -> None:
+        self._suggestions.clear()
+        for state in self._documents:
+            self._drop_prefetch(state)
+        running = [state.generation for state in self._documents if state.generation is not None]
+        for state in self._documents:
+            state.generation = None
+        self._generations.cancel_all(running, EmptyReason.RELOADED)
+
+    # --- reports from the worker (`WorkerEvents`); a generation's own go to `Generations` ---
+
+    def generation_started(self) -> None:
+        self.stats.record_generation_started()
+
+    def generation_text(self, generation: Generation, text: str) -> None:
+        self._generations.stream(generation, text)
+
+    def generation_done(
+        self, generation: Generation, text: str, result: CompletionResult | None, error: str | None
+    ) -> None:
+        self._generations.done(generation, text, result, error)
+
+    def backend_loaded(self, info: BackendInfo | None, error: str | None, epoch: int) -> None:
+        if epoch != self._worker.load_epoch:  # a newer load superseded this one
+            return
+        self.info = info
+        if info is None:
+            self._set_state("error", f"model failed to load: {error}")
+            return
+        self._set_state("ready", f"{info.name} backend ready: {info.target}")
+        if self._last_uri is not None:  # a file opened while the model loaded
+            self._warm(self._last_uri, self._cursor(self._last_uri), WarmTrigger.OPEN)
+
+    def cancelled_to_idle(self, ms: float) -> None:
+        self.stats.record_cancel_to_idle(ms)
+
+    def cache_warmed(self, job: WarmJob, result: WarmResult) -> None:
+        self.stats.record_warm(job.reason, result.cached_tokens, result.prompt_tokens)
+        self._on_completion()  # a status update: "warming, x% cached"
+
+    # --- warming the cache (the triggers are `warmups`') ---
+
+    def _warm(self, uri: str, offset: int | None, trigger: WarmTrigger) -> None:
+        if not may_warm(self.policy, self.state == "ready"):
+            return
+        try:
+            version = self.store.get(uri).version
+        except UnknownDocumentError:
+            return
+        self._worker.warm(WarmJob(uri, version, offset, trigger))
+
+    def _schedule_idle_warm(self, state: DocumentState) -> None:
+        delay = idle_delay_s(self.policy)
+        if delay is None:
+            return
+        asked = state.requests
+
+        def when_idle() -> None:
+            current = self._documents.get(state.uri) is state
+            if idle_warm_due(state, asked, current=current, engine_busy=self._worker.busy):
+                self._warm(state.uri, state.cursor, WarmTrigger.IDLE)
+
+        asyncio.get_running_loop().call_later(delay, when_idle)
+
+    # --- small reads ---
+
+    def _set_state(self, state: BackendState, message: str) -> None:
+        self.state = state
+        self._on_state(state, message)
+
+    def _cursor(self, uri: str) -> int | None:
+        state = self._documents.get(uri)
+        return state.cursor if state is not None else None
+
+    def _text_of(self, uri: str) -> str | None:
+        try:
+            return self.store.get(uri).text
+        except UnknownDocumentError:
+            return None
+
+    def _typed_after(self, generation: Generation) -> str | None:
+        try:
+            document = self.store.get(generation.uri)
+        except UnknownDocumentError:
+            return None
+        return answers.typed_after(generation, document.text, document.version)
