@@ -3,17 +3,34 @@ choice made at `initialize`. Handlers never see this module; `SpeclsServer` (`la
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException
+from pygls.exceptions import JsonRpcException, JsonRpcInternalError
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
+from lsp_server.secrets import redact, redact_secrets
+
 logger = logging.getLogger(__name__)
+
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+
+
+@dataclass(frozen=True)
+class _InvalidRequest:
+    """A message that is not a JSON-RPC 2.0 request or notification (no "jsonrpc", an id that is an object);
+    answered with InvalidRequest, its id null when the id itself is what is wrong."""
+
+    id: int | str | None
+    reason: str
+    method: str
 
 
 @dataclass(frozen=True)
@@ -37,7 +54,18 @@ class SpeclsProtocol(LanguageServerProtocol):
     def shutdown_received(self) -> bool:
         return bool(self._shutdown)
 
+    _initialize_received = False
+
     def structure_message(self, data: dict[str, Any]) -> Any:
+        method = data.get("method")
+        if isinstance(method, str) and (
+            isinstance(data.get("id"), bool) or not isinstance(data.get("id"), int | str | None)
+        ):
+            kind = type(data["id"]).__name__
+            return _InvalidRequest(None, f"an id must be a number or a string, not {kind}", str(method))
+        if data.get("jsonrpc") != "2.0" and isinstance(method, str):
+            request_id = data.get("id")
+            return _InvalidRequest(request_id, 'not a JSON-RPC 2.0 message (no "jsonrpc": "2.0")', method)
         if "method" in data and "params" not in data:  # optional in JSON-RPC; pygls' types require it
             data["params"] = None
         try:
@@ -52,7 +80,52 @@ class SpeclsProtocol(LanguageServerProtocol):
             logger.warning("request %s has malformed params: %s", message.id, message.error.__cause__)
             self._send_response(message.id, error=message.error.to_response_error())
             return
+        if isinstance(message, _InvalidRequest):
+            logger.warning("invalid request %r (%s): %s", message.id, message.method[:80], message.reason)
+            self.send_error(message.id, INVALID_REQUEST, f"specls: {message.reason}")
+            return
+        if not hasattr(message, "jsonrpc"):  # a JSON value that is no message at all (a number, a list)
+            logger.warning("not a JSON-RPC message: %.80r", message)
+            if not isinstance(message, dict):  # a response without "jsonrpc" is dropped, not answered
+                self.send_error(None, INVALID_REQUEST, "specls: not a JSON-RPC message")
+            return
+        method = getattr(message, "method", None)
+        request_id = getattr(message, "id", None) if method is not None else None
+        if request_id is not None and self._shutdown and method != types.EXIT:
+            # LSP: requests after shutdown error with InvalidRequest (pygls would drop them unanswered).
+            logger.warning("request %r (%s) after shutdown refused", request_id, method)
+            self.send_error(request_id, INVALID_REQUEST, "specls: the server is shutting down")
+            return
+        if method == types.INITIALIZE and request_id is not None:
+            if self._initialize_received:
+                logger.warning("a second initialize (%r) refused", request_id)
+                self.send_error(request_id, INVALID_REQUEST, "specls: the server is already initialized")
+                return
+            self._initialize_received = True
         super().handle_message(message)
+
+    def _send_data(self, data: Any) -> None:
+        """pygls' sender, with every message passing `redact_secrets` on its way out: logMessage, showMessage,
+        `specls/status`, `specls/stats` and every response (a key never leaves, whichever path it took)."""
+        if not data:
+            return
+        if self.writer is None:
+            logger.error("unable to send data: no transport")
+            return
+        try:
+            body = redact_secrets(json.dumps(data, default=self._serialize_message))  # ASCII: len is bytes
+            header = f"Content-Length: {len(body)}\r\nContent-Type: {self.CONTENT_TYPE}; charset={self.CHARSET}\r\n\r\n"
+            self.writer.write((header + body).encode(self.CHARSET))
+        except BrokenPipeError:
+            raise
+        except Exception as error:
+            logger.exception("error sending data")
+            self._server._report_server_error(error, JsonRpcInternalError)
+
+    def send_error(self, request_id: int | str | None, code: int, message: str) -> None:
+        """Answer `request_id` (null: an id that could not be read) with a JSON-RPC error."""
+        error = {"code": code, "message": redact(message)}
+        self._send_data({"jsonrpc": "2.0", "id": request_id, "error": error})
 
     @lsp_method(types.EXIT)
     def lsp_exit(self, *args: Any) -> Any:

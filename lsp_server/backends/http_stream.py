@@ -150,7 +150,7 @@ def describe_failure(exc: BaseException) -> str:
         return f"TLS certificate not trusted: {cause.verify_message}"
     if isinstance(cause, socket.gaierror):
         return f"host not found: {cause}"
-    return str(exc) or type(exc).__name__
+    return redact(str(exc)) or type(exc).__name__
 
 
 def _is_cancelled(cancel: CancelToken | None) -> bool:

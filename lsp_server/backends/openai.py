@@ -23,6 +23,7 @@ import http.client
 import json
 import logging
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +54,7 @@ from lsp_server.backends.server_probe import (
     probe_server,
 )
 from lsp_server.config import ServerSettings
+from lsp_server.secrets import normalise_key, redact
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +89,12 @@ class OpenAIBackend:
         self.options = options or RemoteOptions()
         self.endpoint = Endpoint.parse(settings.endpoint)
         self._model = settings.remote_model
+        api_key, note = normalise_key(os.environ.get(settings.api_key_env), f"${settings.api_key_env}")
+        if note:
+            log.warning("%s", note)
         self.transport = StreamingTransport(
             self.endpoint,
-            api_key=os.environ.get(settings.api_key_env),
+            api_key=api_key,
             api_key_env=settings.api_key_env,
             connect_timeout_s=self.options.connect_timeout_s,
             read_timeout_s=self.options.read_timeout_s,
@@ -149,7 +154,7 @@ class OpenAIBackend:
             return self._mark_down(exc, started)
         except RemoteError as exc:  # this request was bad (e.g. too long); the endpoint itself is fine
             log.warning("completion request failed: %s", exc)
-            return self._empty("error", started, error=str(exc))
+            return self._empty("error", started, error=redact(str(exc)))
         if self._down:
             log.info("endpoint %s is reachable again", self.endpoint.display)
             self._down = False
@@ -231,13 +236,13 @@ class OpenAIBackend:
             message = error.get("message", error) if isinstance(error, dict) else error
             raise RemoteError(f"the server reported an error while streaming: {message}")
         if isinstance(event.get("usage"), dict):
-            state.usage = event["usage"]
+            state.usage = _numbers(event["usage"])
         if isinstance(event.get("timings"), dict):
-            state.timings = event["timings"]
+            state.timings = _numbers(event["timings"])
         for choice in event.get("choices") or []:
             piece = choice.get("text") or ""
             if choice.get("finish_reason"):
-                state.server_finish = str(choice["finish_reason"])
+                state.server_finish = _finish_reason(choice["finish_reason"])
             if not piece:
                 continue
             if state.first_text_s is None:
@@ -310,3 +315,21 @@ class OpenAIBackend:
                 return True
             time.sleep(min(left, 0.01))
         return False
+
+
+_FINISH_REASON = re.compile(r"[a-z_]{1,24}")
+
+
+def _finish_reason(value: object) -> str:
+    """The server's finish_reason when it is one word ("stop", "length"), else "other": a server-supplied
+    field is never copied into the statistics as it came."""
+    return value if isinstance(value, str) and _FINISH_REASON.fullmatch(value) else "other"
+
+
+def _numbers(fields: dict[Any, Any]) -> dict[str, int | float]:
+    """The numeric fields of a server-supplied object (usage, timings); its text never reaches the statistics."""
+    return {
+        redact(str(name))[:40]: value
+        for name, value in fields.items()
+        if isinstance(value, int | float) and not isinstance(value, bool)
+    }

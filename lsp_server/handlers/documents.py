@@ -74,5 +74,8 @@ def did_change(ls: SpeclsServer, params: types.DidChangeTextDocumentParams) -> N
 def did_close(ls: SpeclsServer, params: types.DidCloseTextDocumentParams) -> None:
     uri = params.text_document.uri
     ls.scheduler.document_closed(uri)
-    with ls.scheduler.editing() as store:
-        store.close(uri)
+    try:
+        with ls.scheduler.editing() as store:
+            store.close(uri)
+    except UnknownDocumentError:  # a client's slip, not a server error
+        ls.log(logging.WARNING, f"didClose for {uri}, which is not open; ignored")
