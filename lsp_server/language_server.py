@@ -20,7 +20,7 @@ from lsp_server.config import ServerSettings, SettingsReport, apply_settings, fi
 from lsp_server.documents import DocumentStore
 from lsp_server.jobs import Generation
 from lsp_server.protocol import GROWN_NOTIFICATION, SpeclsProtocol
-from lsp_server.scheduler import BackendState, Scheduler
+from lsp_server.scheduling import BackendState, Scheduler
 from lsp_server.secrets import redact
 
 logger = logging.getLogger(__name__)

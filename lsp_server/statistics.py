@@ -79,7 +79,12 @@ class Statistics:
     def record_typed_ahead_hit(self) -> None:
         self.typed_ahead_hits += 1
 
-    def record_cache_hit(self, *, prefetched: bool) -> None:
+    def record_served(self, *, typed_ahead: bool, prefetched: bool) -> None:
+        """A request answered from a finished suggestion: the one it typed ahead of, or one found again in
+        the cache (`prefetched`: made by a prefetch that was never taken)."""
+        if typed_ahead:
+            self.typed_ahead_hits += 1
+            return
         self.cache_hits += 1
         if prefetched:
             self.prefetch_hits += 1

@@ -10,7 +10,7 @@ from engine.words import word_start
 from lsp_server.documents import PositionError, UnknownDocumentError
 from lsp_server.handlers.guard import guarded
 from lsp_server.language_server import SpeclsServer
-from lsp_server.scheduler import Suggestion
+from lsp_server.scheduling import Suggestion
 
 ACCEPT_COMMAND = "specls.accept"
 

@@ -30,8 +30,9 @@ Policy.
   cursor, save, and after `warmIdleMs`); any real request pre-empts a warm-up, and what it computed stays.
 """
 
-from lsp_server.scheduling.coordinator import BackendState, Scheduler, Suggestion
+from lsp_server.scheduling.answers import Suggestion
+from lsp_server.scheduling.coordinator import Scheduler
 from lsp_server.scheduling.prefetch import PREFETCH_MAX_CHARS
-from lsp_server.scheduling.reasons import EmptyReason
+from lsp_server.scheduling.reasons import BackendState, EmptyReason
 
 __all__ = ["PREFETCH_MAX_CHARS", "BackendState", "EmptyReason", "Scheduler", "Suggestion"]

@@ -24,6 +24,14 @@ from lsp_server.suggestion_cache import CacheHit
 from lsp_server.typed_ahead import still_agrees, typed_since
 
 
+@dataclass
+class Suggestion:
+    """A request's answer: the text to insert at the cursor, and the id its `specls.accept` command carries."""
+
+    text: str
+    suggestion_id: str
+
+
 @dataclass(frozen=True)
 class TypedAhead:
     """The request's cursor is where `generation`'s anchor is after the user typed `typed` there."""

@@ -15,8 +15,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Literal
 
 from engine.api import BackendInfo, CompletionBackend, CompletionResult, WarmResult
 from lsp_server.config import ServerSettings
@@ -24,23 +22,15 @@ from lsp_server.context import build_completion_context, finalize_completion
 from lsp_server.documents import DocumentStore, PositionError, UnknownDocumentError
 from lsp_server.jobs import Generation, is_current, suggestion_id
 from lsp_server.scheduling import answers, prefetch, waiting
-from lsp_server.scheduling.answers import Source
+from lsp_server.scheduling.answers import Source, Suggestion
 from lsp_server.scheduling.document_state import DocumentState, DocumentStates
 from lsp_server.scheduling.generations import Generations
-from lsp_server.scheduling.reasons import EmptyReason
+from lsp_server.scheduling.reasons import BackendState, EmptyReason
 from lsp_server.scheduling.settings import SchedulingSettings
 from lsp_server.scheduling.warmups import WarmTrigger, idle_delay_s, idle_warm_due, may_warm
 from lsp_server.scheduling.worker import ContextBuilder, EngineWorker, Finalizer, PromptSteps, WarmJob
 from lsp_server.statistics import Statistics
 from lsp_server.suggestion_cache import SuggestionCache
-
-BackendState = Literal["idle", "loading", "ready", "error"]
-
-
-@dataclass
-class Suggestion:
-    text: str  # to insert at the cursor
-    suggestion_id: str
 
 
 class Scheduler:
@@ -230,7 +220,10 @@ class Scheduler:
 
         served = answers.serve_finished(self._suggestions.find(uri, text, offset), found)
         if served is not None:
-            self._record_served(served.source)
+            self.stats.record_served(
+                typed_ahead=served.source is Source.TYPED_AHEAD,
+                prefetched=served.source is Source.CACHED_PREFETCH,
+            )
             if served.prefetch_next:  # Tab after Tab
                 self._prefetch(state, text, offset, served.text)
             return Suggestion(served.text, served.suggestion_id)
@@ -250,12 +243,6 @@ class Scheduler:
         if not answer:
             return generation.end_reason or EmptyReason.NOTHING_LEFT
         return Suggestion(answer, suggestion_id(generation.id))
-
-    def _record_served(self, source: Source) -> None:
-        if source is Source.TYPED_AHEAD:
-            self.stats.record_typed_ahead_hit()
-        else:
-            self.stats.record_cache_hit(prefetched=source is Source.CACHED_PREFETCH)
 
     def _submit(self, uri: str, version: int, text: str, offset: int) -> Generation:
         """Start a generation at the cursor: newest wins, and every replaced request is still answered."""

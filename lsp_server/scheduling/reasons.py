@@ -6,6 +6,9 @@ The one open-ended reason is `mode-none:<why>`: the syntax said no completion be
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
+
+BackendState = Literal["idle", "loading", "ready", "error"]
 
 
 class EmptyReason(StrEnum):
