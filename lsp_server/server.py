@@ -1,6 +1,6 @@
 """The language server: which handler answers which LSP method. The handlers are thin, one per method
 (`handlers/`); the state they share is `SpeclsServer` (`language_server.py`), the wire-level changes are
-`SpeclsProtocol` (`protocol.py`). Scheduling lives in scheduler.py, documents in documents.py, prompts in
+`SpeclsProtocol` (`protocol.py`). Scheduling lives in scheduling/, documents in documents.py, prompts in
 context/, settings in config.py."""
 
 from __future__ import annotations
