@@ -27,9 +27,9 @@ def default_token_path(port: int) -> Path:
     return cache / f"tcp-{port}.token"
 
 
-def write_token(path: Path) -> str:
-    """A fresh token, written to `path` with mode 0600 (its folder 0700 when made here)."""
-    token = secrets.token_urlsafe(32)
+def write_token(path: Path, token: str | None = None) -> str:
+    """`token` (default: a fresh one), written to `path` with mode 0600 (its folder 0700 when made here)."""
+    token = token or secrets.token_urlsafe(32)
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         temporary = path.with_name(path.name + f".{os.getpid()}.tmp")
@@ -58,11 +58,12 @@ def read_token(path: Path) -> str:
 
 
 def server_token(token_file: str | None, port: int) -> tuple[str, Path, bool]:
-    """(token, its file, whether this process made the file and so removes it at exit)."""
+    """(token, its file, whether this process is to write the file and so remove it at exit). A fresh token is
+    not written here: the caller writes it (`write_token(path, token)`) once it listens, so that a server
+    that cannot listen (a busy port) never touches the file of the server that can."""
     if token_file:
         path = Path(os.path.expanduser(token_file))
         if path.is_file() and path.stat().st_size > 0:
             return read_token(path), path, False
-        return write_token(path), path, True
-    path = default_token_path(port)
-    return write_token(path), path, True
+        return secrets.token_urlsafe(32), path, True
+    return secrets.token_urlsafe(32), default_token_path(port), True

@@ -1,5 +1,6 @@
 """TCP sessions share one loaded backend: loaded once per model, first come first served, each session's
-cancel its own, closed when the last session lets go."""
+cancel its own, closed when the last session lets go (after a grace period that a new session reuses), and a
+long generation yields to another session's request and is resumed."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def test_one_load_per_model_and_close_after_the_last_session() -> None:
         made.append(Slow(0.0, order))
         return made[-1]
 
-    shared = SharedBackends(factory)
+    shared = SharedBackends(factory, grace_s=0)  # no grace: closed as soon as unused
     a, b = shared.factory(ServerSettings()), shared.factory(ServerSettings(max_new_tokens=8))
     other = shared.factory(replace(ServerSettings(), target="elsewhere"))
     assert len(made) == 2 and shared.loaded_count() == 2  # same model key shared; another model its own
@@ -92,3 +93,74 @@ def test_sessions_take_turns_in_arrival_order_and_cancel_only_their_own() -> Non
     assert order == ["a", "b"]
     assert results["a"].text == "a" and results["b"].text == "b"
     assert results["c"].finish_reason == "cancelled" and results["c"].text == ""
+
+
+def test_an_unused_model_stays_for_the_grace_period_and_the_next_session_reuses_it() -> None:
+    made: list[Slow] = []
+
+    def factory(settings: ServerSettings) -> Slow:
+        made.append(Slow(0.0, []))
+        return made[-1]
+
+    shared = SharedBackends(factory, grace_s=0.3)
+    for _ in range(5):  # sessions one after another: one load
+        shared.factory(ServerSettings()).close()
+    assert len(made) == 1 and not made[0].closed
+    other = shared.factory(replace(ServerSettings(), target="elsewhere"))  # another model: the idle one goes
+    assert made[0].closed and len(made) == 2
+    other.close()
+    time.sleep(0.6)
+    assert made[1].closed and shared.loaded_count() == 0  # the grace ran out
+
+
+LONG = "x = [" + ", ".join(str(i) for i in range(60)) + "]"
+
+
+def test_a_long_generation_yields_to_another_sessions_request_and_resumes_whole() -> None:
+    from lsp_server.backends.fake import FakeBackend
+
+    backend = FakeBackend([("long:", LONG), ("short:", "ok")], token_delay_s=0.02)
+    shared = SharedBackends(lambda settings: backend)
+    a, b = shared.factory(ServerSettings()), shared.factory(ServerSettings())
+    results: dict[str, CompletionResult] = {}
+    finished: dict[str, float] = {}
+    shown: list[str] = []
+
+    def ask(session: object, name: str, prompt: str, max_new_tokens: int = 500) -> None:
+        request = CompletionRequest(prompt=prompt, max_new_tokens=max_new_tokens)
+        on_text = shown.append if name == "a" else None
+        results[name] = session.complete(request, on_text=on_text)  # type: ignore[attr-defined]
+        finished[name] = time.monotonic()
+
+    long = threading.Thread(target=ask, args=(a, "a", "long:"))
+    long.start()
+    time.sleep(0.4)
+    asked = time.monotonic()
+    ask(b, "b", "short:")
+    assert results["b"].text == "ok"
+    assert finished["b"] - asked < 0.2 + 0.1 + 0.1  # a slice, a token step, its own two tokens
+    long.join(10)
+    assert results["a"].text == LONG and results["a"].finish_reason == "eos"  # resumed where it stopped
+    assert finished["a"] > finished["b"]
+    assert all(LONG.startswith(text) for text in shown) and shown[-1] == LONG  # one growing text
+    assert len(backend.calls) >= 3  # a, b, then a resumed
+
+
+def test_a_resumed_generation_keeps_its_token_budget_and_its_own_cancel() -> None:
+    from lsp_server.backends.fake import FakeBackend
+
+    backend = FakeBackend([("long:", LONG), ("short:", "ok")], token_delay_s=0.02)
+    shared = SharedBackends(lambda settings: backend)
+    a, b = shared.factory(ServerSettings()), shared.factory(ServerSettings())
+    whole = a.complete(CompletionRequest(prompt="long:", max_new_tokens=40))
+    results: list[CompletionResult] = []
+    long = threading.Thread(
+        target=lambda: results.append(a.complete(CompletionRequest(prompt="long:", max_new_tokens=40)))
+    )
+    long.start()
+    time.sleep(0.3)
+    b.complete(CompletionRequest(prompt="short:"))
+    long.join(10)
+    assert results[0].text == whole.text and results[0].finish_reason == "length"
+    assert results[0].stats.new_tokens == 40
+    assert len(backend.calls) >= 4  # whole, a, b, then a resumed: it did yield

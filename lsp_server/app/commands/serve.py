@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve_tcp(args: argparse.Namespace, settings: dict[str, Any]) -> int:
-    from lsp_server.auth import TokenError, server_token
+    from lsp_server.auth import TokenError, server_token, write_token
     from lsp_server.backends import create_backend
     from lsp_server.backends.shared import SharedBackends
     from lsp_server.server import create_server
@@ -115,8 +115,13 @@ def _serve_tcp(args: argparse.Namespace, settings: dict[str, Any]) -> int:
     except TokenError as exc:
         return _fail(str(exc))
     shared = SharedBackends(create_backend)
+    written = False
 
     def listening(where: str) -> None:
+        nonlocal written
+        if made:  # only now that the port is ours: a server that cannot listen leaves the file alone
+            write_token(token_path, token)
+            written = True
         print(f"specls: listening on {where}; clients send the token in {token_path}", file=sys.stderr)
 
     try:
@@ -128,11 +133,13 @@ def _serve_tcp(args: argparse.Namespace, settings: dict[str, Any]) -> int:
             token_path,
             listening,
         )
+    except TokenError as exc:
+        return _fail(str(exc))
     except OSError as exc:
         reason = "address already in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
         return _fail(f"cannot listen on {args.host}:{args.port}: {reason}")
     finally:
-        if made:
+        if written:
             with contextlib.suppress(OSError):
                 token_path.unlink()
 
