@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.lines import server_settings, suggest
+from bench.lines import describe_cpu, server_settings, suggest
 from bench.metrics import code_cell, markdown_table, median, model_name, percent, write_result_files
 
 DATA_DIR = Path(__file__).resolve().parent / "data" / "humaneval-infilling"
@@ -170,8 +170,9 @@ def score_model(
     pair = load_pair(target, draft, config.device, config.dtype, num_threads=config.threads)
     engine = LocalEngine(pair=pair)
     info = engine.info()
-    settings = server_settings(prompt_shape)
     single = config.task_set == "single-line"
+    # The single-line set scores the first line only, so the suggestion stops there (the same first line).
+    settings = server_settings(prompt_shape, max_lines=1 if single else None)
     outcomes: list[InfillOutcome] = []
     for task in tasks:
         document, cursor = task.document()
@@ -222,7 +223,7 @@ def run_infill(config: InfillConfig) -> dict[str, Any]:
     plain_config = {
         key: str(value) if isinstance(value, Path) else value for key, value in asdict(config).items()
     }
-    return {"config": plain_config, "models": models}
+    return {"config": plain_config, "machine": describe_cpu(), "models": models}
 
 
 def model_label(model: dict[str, Any]) -> str:
@@ -248,6 +249,8 @@ def markdown_report(result: dict[str, Any]) -> str:
         f"{config['tasks']} tasks at most, evenly spread over the set; greedy; the cursor after the hole's "
         "indentation; default server settings (context builder, stop rules, token healing); pass@1 runs "
         "each task's tests in an isolated Python process. Command: `specls bench infill`.\n\n",
+        f"Machine: {result.get('machine', 'not recorded')}. Code: HumanEval (public since 2021: the models "
+        "may have seen these functions).\n\n",
         markdown_table(header, rows),
     ]
     for model in result["models"]:

@@ -12,12 +12,25 @@ Scored per suggestion:
 - marker text: any FIM, chat or end-of-text marker in the engine's text or the suggestion (must be 0);
 - exact next line: the suggestion's first line equals the removed code (both stripped);
 - edit similarity: `difflib.SequenceMatcher` ratio of the two (1 is identical);
-- degeneration guard: the repetition stop rule cut the suggestion.
+- degeneration guard: the repetition stop rule cut the suggestion;
+- first-line confidence: the lowest probability the model gave a token of the suggestion's first line
+  (`lsp_server.context.gate.first_line_confidence`, the server's gate, stop rule 9).
+
+The gate (`minFirstLineProbability`) is off while the positions run, so every suggestion and its confidence
+is seen; it is applied afterwards, which is what the server does while it generates (a suggestion whose first
+line holds a token below the threshold is not shown). Scored with and without it, over all positions:
+- shown: a non-empty suggestion the gate lets through;
+- precision: exact among shown; recall: shown and exact among all positions (= exact next line with the gate);
+- characters saved: the true line's length for each shown exact line (per shown suggestion, per position).
+Calibration (`fit_threshold`): the files alternate between a fitting half and an evaluation half; the
+threshold is fit on the first to maximise characters saved per shown suggestion while keeping at least
+KEEP_SAVED of the characters the ungated suggestions save there, and reported on the second.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -54,6 +67,12 @@ class LinesConfig:
     tag: str = "cpu"
     prompt_shape: str = "auto"  # "fim" or "prefix-only" force a shape (ContextSettings.prompt_shape)
     stdlib: bool = True  # also the held-out standard-library files (the bundled pair's held-out set)
+    # Stop each suggestion at its first line (maxLines 1): exact next line and the gate read only that line, and
+    # it is the same line the full suggestion starts with; "non-empty" and "indented right" then see only it.
+    first_line_only: bool = False
+
+
+KEEP_SAVED = 0.8  # the calibrated gate may give up at most a fifth of the characters saved without it
 
 
 @dataclass
@@ -72,11 +91,19 @@ class Outcome:
     new_tokens: int
     wall_s: float
     rules_fired: list[str] = field(default_factory=list)
+    first_line_confidence: float | None = None  # lowest token probability of the first line (None: unknown)
 
 
 def line_positions(files: Sequence[tuple[str, str]], count: int, per_file: int = 2) -> list[LinePosition]:
-    """Up to `count` positions, at most `per_file` per file, at code lines spread evenly through each file
-    (files in the order given)."""
+    """Up to `count` positions, at most `per_file` per file, at code lines spread evenly through each file;
+    when there are more, `count` of them spread evenly over all the files (in the order given)."""
+    every = _all_line_positions(files, per_file)
+    if len(every) <= count:
+        return every
+    return [every[(index * len(every)) // count] for index in range(count)]
+
+
+def _all_line_positions(files: Sequence[tuple[str, str]], per_file: int) -> list[LinePosition]:
     positions: list[LinePosition] = []
     for relative, text in files:
         lines = text.split("\n")
@@ -89,8 +116,6 @@ def line_positions(files: Sequence[tuple[str, str]], count: int, per_file: int =
         ]
         picks = sorted({code[int(len(code) * (k + 0.5) / per_file)] for k in range(per_file)}) if code else []
         for index in picks:
-            if len(positions) >= count:
-                return positions
             line = lines[index]
             indent = line[: len(line) - len(line.lstrip(" \t"))]
             start = sum(len(earlier) + 1 for earlier in lines[:index])
@@ -126,16 +151,27 @@ class Served:
     wall_s: float
 
 
-def server_settings(prompt_shape: str = "auto") -> Any:
-    """The server's default settings, with the prompt shape a benchmark compares."""
+def server_settings(prompt_shape: str = "auto", max_lines: int | None = None) -> Any:
+    """The server's default settings, with the prompt shape a benchmark compares (and fewer lines)."""
     import dataclasses
 
     from lsp_server.config import ServerSettings
 
     defaults = ServerSettings()
-    return dataclasses.replace(
-        defaults, context=dataclasses.replace(defaults.context, prompt_shape=prompt_shape)
+    # The confidence gate is scored afterwards (`gate_scores`), so it must not hide any suggestion here.
+    context = dataclasses.replace(
+        defaults.context,
+        prompt_shape=prompt_shape,
+        min_first_line_probability=0.0,
+        max_lines=max_lines or defaults.context.max_lines,
     )
+    return dataclasses.replace(defaults, context=context)
+
+
+def default_gate_threshold() -> float:
+    from lsp_server.config import ServerSettings
+
+    return ServerSettings().context.min_first_line_probability
 
 
 def suggest(engine: Any, info: Any, settings: Any, uri: str, document: str, offset: int) -> Served | None:
@@ -165,12 +201,13 @@ def score_model(
     from engine.models import describe_model, load_pair
     from engine.service import LocalEngine
     from lsp_server.context.fim import marker_texts
+    from lsp_server.context.gate import first_line_confidence
     from lsp_server.context.indentation import indentation_ok
 
     pair = load_pair(target, draft, config.device, config.dtype, num_threads=config.threads)
     engine = LocalEngine(pair=pair)
     info = engine.info()
-    settings = server_settings(config.prompt_shape)
+    settings = server_settings(config.prompt_shape, max_lines=1 if config.first_line_only else None)
     markers = marker_texts(info.special_tokens)
     outcomes: list[Outcome] = []
     for position in positions:
@@ -198,6 +235,9 @@ def score_model(
                 new_tokens=result.stats.new_tokens,
                 wall_s=wall,
                 rules_fired=sorted(ctx.stop_rules.fired),
+                first_line_confidence=first_line_confidence(
+                    result.text, result.token_probs, result.token_ends
+                ),
             )
         )
     return {
@@ -209,6 +249,7 @@ def score_model(
         else info.prompt_shape,
         "template": _template_name(info, settings.context.prompt_shape),
         "summary": summarize(outcomes),
+        "gate": gate_report(outcomes, default_gate_threshold()),
         "outcomes": [asdict(outcome) for outcome in outcomes],
     }
 
@@ -240,13 +281,133 @@ def summarize(outcomes: Sequence[Outcome]) -> dict[str, Any]:
     }
 
 
+def _shown(outcome: Outcome, threshold: float) -> bool:
+    confidence = outcome.first_line_confidence
+    return outcome.non_empty and (threshold <= 0 or confidence is None or confidence >= threshold)
+
+
+def gate_scores(outcomes: Sequence[Outcome], threshold: float) -> dict[str, Any]:
+    """What the gate at `threshold` shows (0: no gate): shown, precision, recall, characters saved."""
+    shown = [o for o in outcomes if _shown(o, threshold)]
+    hits = [o for o in shown if o.exact_first_line]
+    saved = sum(len(o.removed.strip()) for o in hits)
+    return {
+        "threshold": threshold,
+        "positions": len(outcomes),
+        "shown": len(shown),
+        "shown_exact": len(hits),
+        "precision": len(hits) / len(shown) if shown else None,
+        "recall": len(hits) / len(outcomes) if outcomes else None,
+        "chars_saved": saved,
+        "chars_per_shown": saved / len(shown) if shown else None,
+        "chars_per_position": saved / len(outcomes) if outcomes else None,
+    }
+
+
+def fit_threshold(outcomes: Sequence[Outcome], keep: float = KEEP_SAVED) -> float:
+    """The threshold with the most characters saved per shown suggestion among those that keep at least
+    `keep` of the characters saved without a gate (the lowest such threshold on a tie); 0 when none helps."""
+    ungated = gate_scores(outcomes, 0.0)
+    candidates = sorted({o.first_line_confidence for o in outcomes if o.first_line_confidence is not None})
+    best, best_value = 0.0, ungated["chars_per_shown"] or 0.0
+    for threshold in candidates:
+        scores = gate_scores(outcomes, threshold)
+        value = scores["chars_per_shown"]
+        if value is None or scores["chars_saved"] < keep * ungated["chars_saved"]:
+            continue
+        if value > best_value:
+            best, best_value = threshold, value
+    return best
+
+
+def split_by_file(outcomes: Sequence[Outcome]) -> tuple[list[Outcome], list[Outcome]]:
+    """(fitting half, evaluation half): the files in their order, alternately; a file's positions stay
+    together, so the threshold is judged on files it was not fit on."""
+    files: dict[str, int] = {}
+    halves: tuple[list[Outcome], list[Outcome]] = ([], [])
+    for outcome in outcomes:
+        index = files.setdefault(outcome.position.rsplit(":", 1)[0], len(files))
+        halves[index % 2].append(outcome)
+    return halves
+
+
+GATE_CURVE = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7)
+
+
+def gate_report(outcomes: Sequence[Outcome], default_threshold: float) -> dict[str, Any]:
+    fit_on, evaluated_on = split_by_file(outcomes)
+    fitted = fit_threshold(fit_on)
+    return {
+        "default_threshold": default_threshold,
+        "all": {
+            "without": gate_scores(outcomes, 0.0),
+            "with_default": gate_scores(outcomes, default_threshold),
+        },
+        "calibration": {
+            "keep_saved": KEEP_SAVED,
+            "fit_positions": len(fit_on),
+            "fitted_threshold": fitted,
+            "fit": {"without": gate_scores(fit_on, 0.0), "with_fitted": gate_scores(fit_on, fitted)},
+            "evaluation": {
+                "without": gate_scores(evaluated_on, 0.0),
+                "with_fitted": gate_scores(evaluated_on, fitted),
+                "with_default": gate_scores(evaluated_on, default_threshold),
+            },
+            "evaluation_curve": [gate_scores(evaluated_on, t) for t in GATE_CURVE],
+        },
+    }
+
+
+def describe_cpu() -> str:
+    """The CPU class the numbers were measured on: model name and the matrix extensions torch can use."""
+    import platform
+
+    name, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name") and ":" in line:
+                name = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and ":" in line:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    extensions = [
+        flag for flag in ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "avx2") if flag in flags
+    ]
+    capability = ""
+    try:
+        import torch
+
+        capability = f"; torch CPU capability {torch.backends.cpu.get_cpu_capability()}"
+    except ImportError:
+        pass
+    return f"{name} ({', '.join(extensions) or 'no AVX2'}){capability}; {os.cpu_count()} logical CPUs"
+
+
+def describe_code(config: LinesConfig) -> str:
+    parts = (
+        [f"the .py files under {', '.join(str(folder) for folder in config.folders)}"]
+        if config.folders
+        else []
+    )
+    if config.stdlib:
+        parts.append("held-out standard-library files (pretrained models saw the standard library)")
+    return "; ".join(parts)
+
+
 def run_lines(config: LinesConfig) -> dict[str, Any]:
     files = files_to_score(config.folders, config.stdlib)
     positions = line_positions(files, config.positions, config.per_file)
     if not positions:
         raise RuntimeError("no line-start positions found (is the standard library readable?)")
     models = [score_model(target, draft, positions, config) for target, draft in config.models]
-    return {"config": _plain(asdict(config)), "goals": GOALS, "models": models}
+    return {
+        "config": _plain(asdict(config)),
+        "machine": describe_cpu(),
+        "code": describe_code(config),
+        "goals": GOALS,
+        "models": models,
+    }
 
 
 def _plain(value: Any) -> Any:
@@ -295,13 +456,18 @@ def markdown_report(result: dict[str, Any]) -> str:
         "# Line starts\n\n",
         f"{config['positions']} positions at most ({config['per_file']} per held-out file), cursor after the "
         "indentation, the rest of the line removed, the rest of the file as the suffix; default server "
-        f"settings, device {config['device']}. Command: `specls bench lines`.\n\n",
+        f"settings, device {config['device']}. Command: `specls bench lines`"
+        f"{' --first-line (each suggestion stops after its first line)' if config.get('first_line_only') else ''}.\n\n",
+        f"Machine: {result.get('machine', 'not recorded')}. Code: {result.get('code', 'not recorded')}.\n\n",
         markdown_table(header, rows),
         f"\nGoals on a real model: non-empty >= {percent(goals['non_empty'])}, indented right "
         f"{percent(goals['indentation_ok'])}, marker text {percent(goals['marker_text'])}, exact next line "
         f">= {percent(goals['exact_first_line'])}. Indentation is scored over the non-empty suggestions; "
         "edit similarity is difflib's ratio of the first suggested line and the true line.\n",
     ]
+    for model in result["models"]:
+        if "gate" in model:
+            lines.append(gate_markdown(model_name(model), model["gate"]))
     for model in result["models"]:
         lines.append(f"\n## {model_name(model)}: first positions\n\n")
         sample = [
@@ -310,6 +476,57 @@ def markdown_report(result: dict[str, Any]) -> str:
         ]
         lines.append(markdown_table(["position", "true line", "suggested first line"], sample))
     return "".join(lines)
+
+
+def gate_markdown(name: str, gate: dict[str, Any]) -> str:
+    """The gate's table: precision and recall side by side, without and with it."""
+    calibration = gate["calibration"]
+    evaluation = calibration["evaluation"]
+
+    def row(label: str, scores: dict[str, Any]) -> list[object]:
+        return [
+            label,
+            scores["threshold"],
+            scores["positions"],
+            scores["shown"],
+            percent(scores["precision"]),
+            percent(scores["recall"]),
+            scores["chars_per_shown"],
+            scores["chars_per_position"],
+        ]
+
+    header = [
+        "positions, gate",
+        "threshold",
+        "positions",
+        "shown",
+        "precision (exact among shown)",
+        "recall (shown and exact among all)",
+        "chars saved per shown",
+        "chars saved per position",
+    ]
+    rows = [
+        row("all, no gate", gate["all"]["without"]),
+        row("all, default threshold", gate["all"]["with_default"]),
+        row("fitting half, no gate", calibration["fit"]["without"]),
+        row("fitting half, fitted threshold", calibration["fit"]["with_fitted"]),
+        row("evaluation half, no gate", evaluation["without"]),
+        row("evaluation half, fitted threshold", evaluation["with_fitted"]),
+        row("evaluation half, default threshold", evaluation["with_default"]),
+    ]
+    curve = [row("evaluation half", scores) for scores in calibration["evaluation_curve"]]
+    return "".join(
+        [
+            f"\n## {name}: the confidence gate (lowest token probability of the first line)\n\n",
+            f"Threshold fit on {calibration['fit_positions']} positions (alternate files) to maximise characters "
+            f"saved per shown suggestion, keeping >= {percent(calibration['keep_saved'])} of the characters saved "
+            f"without a gate: {calibration['fitted_threshold']:.3g}; the server's default: "
+            f"{gate['default_threshold']:.3g}. Recall is the exact next line with the gate.\n\n",
+            markdown_table(header, rows),
+            "\nThe evaluation half at other thresholds:\n\n",
+            markdown_table(header, curve),
+        ]
+    )
 
 
 def plot(result: dict[str, Any], path: Path) -> None:

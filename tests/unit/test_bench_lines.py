@@ -3,12 +3,25 @@ asserted from random models; the numbers come from bench/results)."""
 
 from __future__ import annotations
 
+import builtins
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from bench.lines import LinesConfig, edit_similarity, line_positions, run_lines, write_report
+from bench.lines import (
+    GOALS,
+    LinesConfig,
+    Outcome,
+    edit_similarity,
+    fit_threshold,
+    gate_scores,
+    line_positions,
+    run_lines,
+    split_by_file,
+    write_report,
+)
 from tests.unit.bench_support import save_tiny_pair
 
 
@@ -56,7 +69,102 @@ def test_lines_smoke_writes_json_markdown_and_png(tiny_pair: tuple[Path, Path], 
     assert model["summary"]["positions"] == len(model["outcomes"]) >= 2
     assert model["outcomes"][0]["position"].startswith("code/a.py")  # the named folder comes first
     assert model["summary"]["marker_text"] == 0
+    # every suggestion has the model's confidence in its first line, and the gate's table is there
+    confidences = [o["first_line_confidence"] for o in model["outcomes"] if o["suggestion"].strip()]
+    assert confidences and all(c is None or 0 < c <= 1 for c in confidences)
+    assert any(c is not None for c in confidences)
+    assert model["gate"]["all"]["without"]["positions"] == len(model["outcomes"])
+    assert result["machine"] and "code" in result["code"]
     paths = write_report(result, tmp_path / "out", "smoke")
     assert [p.suffix for p in paths] == [".json", ".md", ".png"]
     assert json.loads(paths[0].read_text())["models"][0]["summary"]["positions"] >= 2
-    assert "exact next line" in paths[1].read_text()
+    report = paths[1].read_text()
+    assert "exact next line" in report and "precision (exact among shown)" in report
+
+
+def test_a_missing_plotting_package_skips_the_picture_with_a_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    result = {"config": {"positions": 1, "per_file": 1, "device": "cpu"}, "goals": GOALS, "models": []}
+    real_import = builtins.__import__
+
+    def no_matplotlib(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name.split(".")[0] == "matplotlib":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    paths = write_report(result, tmp_path, "no-plot")
+    assert [p.suffix for p in paths] == [".json", ".md"]
+    assert not (tmp_path / "lines-no-plot.png").exists()
+    assert "No picture: matplotlib is not installed" in paths[1].read_text()
+    assert "matplotlib" in capsys.readouterr().err
+
+
+def _outcome(name: str, exact: bool, confidence: float | None, line: str = "x" * 10) -> Outcome:
+    return Outcome(
+        position=name,
+        removed=line,
+        suggestion=line if exact else "y",
+        non_empty=True,
+        indentation_ok=True,
+        marker_text=False,
+        exact_first_line=exact,
+        edit_similarity=1.0 if exact else 0.0,
+        guard_fired=False,
+        forced_prefix="",
+        finish_reason="stop",
+        new_tokens=3,
+        wall_s=0.1,
+        first_line_confidence=confidence,
+    )
+
+
+def test_the_gate_scores_precision_and_recall_side_by_side() -> None:
+    outcomes = [
+        _outcome("a.py:1", True, 0.9),
+        _outcome("a.py:2", True, 0.5),
+        _outcome("b.py:1", False, 0.2),
+        _outcome("b.py:2", False, 0.6),
+    ]
+    ungated = gate_scores(outcomes, 0.0)
+    assert (ungated["shown"], ungated["precision"], ungated["recall"]) == (4, 0.5, 0.5)
+    assert ungated["chars_per_shown"] == 20 / 4
+    gated = gate_scores(outcomes, 0.55)
+    assert (gated["shown"], gated["shown_exact"]) == (2, 1)
+    assert (gated["precision"], gated["recall"]) == (0.5, 0.25)
+    # a suggestion without a known confidence is never gated; an empty one is never shown
+    assert gate_scores([_outcome("c.py:1", True, None)], 0.99)["shown"] == 1
+    empty = _outcome("c.py:2", False, 0.9)
+    empty.non_empty = False
+    assert gate_scores([empty], 0.0)["shown"] == 0
+
+
+def test_the_threshold_is_fit_to_characters_per_shown_suggestion_keeping_most_of_the_savings() -> None:
+    outcomes = [
+        _outcome("a.py:1", True, 0.9),
+        _outcome("a.py:2", True, 0.5),
+        _outcome("a.py:3", False, 0.2),
+        _outcome("a.py:4", False, 0.3),
+    ]
+    # 0.5 drops both misses and keeps both hits: the best per shown suggestion
+    assert fit_threshold(outcomes) == 0.5
+    # 0.9 would be better still per shown suggestion but gives up half the characters saved
+    assert fit_threshold(outcomes, keep=0.8) != 0.9
+    assert fit_threshold(outcomes, keep=0.5) == 0.5  # ties go to the lower threshold
+    # nothing to gain: no gate
+    assert fit_threshold([_outcome("a.py:1", True, 0.3), _outcome("a.py:2", True, 0.4)]) == 0.0
+
+
+def test_the_calibration_halves_keep_each_file_on_one_side() -> None:
+    outcomes = [_outcome(f"{name}.py:{line}", True, 0.5) for name in "abcde" for line in (1, 2)]
+    fit_on, evaluated_on = split_by_file(outcomes)
+    files = [{o.position.split(":")[0] for o in half} for half in (fit_on, evaluated_on)]
+    assert files == [{"a.py", "c.py", "e.py"}, {"b.py", "d.py"}]
+
+
+def test_positions_are_spread_over_all_files_when_there_are_more_than_asked() -> None:
+    text = "\n".join(["def f(a):", "    value = compute(a)", "    return value"] * 10)
+    files = [(f"f{i}.py", text) for i in range(10)]
+    picked = line_positions(files, count=5, per_file=1)
+    assert [p.name.split(":")[0] for p in picked] == ["f0.py", "f2.py", "f4.py", "f6.py", "f8.py"]

@@ -35,6 +35,7 @@ export interface ServerSettings {
   tokenHealing: boolean;
   contextTokens: number;
   promptShape: string;
+  minFirstLineProbability: number;
 }
 
 type ServerKey = keyof ServerSettings;
@@ -71,6 +72,7 @@ export const SERVER_KEYS: readonly ServerKey[] = [
   "tokenHealing",
   "contextTokens",
   "promptShape",
+  "minFirstLineProbability",
 ];
 
 /** Changing one of these means the model (or the process) must be started again. */

@@ -185,6 +185,11 @@ def _add_lines(sub: Any) -> None:
         action="store_true",
         help="score only the --folder files, not the held-out standard library (which pretrained models saw)",
     )
+    lines.add_argument(
+        "--first-line",
+        action="store_true",
+        help="stop each suggestion after its first line (all that exact next line and the gate read; faster)",
+    )
 
 
 def _add_scoring_options(parser: argparse.ArgumentParser) -> None:
@@ -276,6 +281,7 @@ def _lines(args: argparse.Namespace) -> int:
         folders=tuple(args.folders),
         prompt_shape=(args.prompt_shapes or ["auto"])[0],
         stdlib=not args.no_stdlib,
+        first_line_only=args.first_line,
         **scoring,
     )
     for path in write_report(run_lines(config), config.out, config.tag):

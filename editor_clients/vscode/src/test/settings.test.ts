@@ -41,6 +41,7 @@ describe("settings -> initializationOptions", () => {
       tokenHealing: true,
       contextTokens: 1536,
       promptShape: "auto",
+      minFirstLineProbability: 0.0,
     });
   });
 
