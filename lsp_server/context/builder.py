@@ -20,6 +20,7 @@ from lsp_server.context.indentation import IndentStyle, indent_style_around, rei
 from lsp_server.context.snippets import display_path, select_snippets
 from lsp_server.context.stops import SyntaxStopRules, finalize
 from lsp_server.context.syntax import Mode, completion_mode, indent_width, literal_kind, opens_block
+from lsp_server.context.trees import tree_for_prompt
 from lsp_server.languages import language_spec
 
 if TYPE_CHECKING:
@@ -165,7 +166,7 @@ def build_completion_context(
         raise ValueError(f"offset {offset} is outside {uri} (length {len(text)})")
     spec = language_spec(doc.language)
     line_before = bounded_line_before(text, offset)
-    tree = doc.tree
+    tree = tree_for_prompt(doc, offset)  # no parse of a huge minified line: it held up every request
     mode = completion_mode(
         text,
         offset,

@@ -21,6 +21,7 @@ from tree_sitter import Node, Tree
 
 from lsp_server.context.fim import Snippet
 from lsp_server.context.syntax_context import identifiers_in
+from lsp_server.context.trees import tree_for_prompt
 
 if TYPE_CHECKING:
     from lsp_server.documents import Document
@@ -218,7 +219,7 @@ def import_snippets(current: Document, others: Sequence[Document]) -> list[Score
         for doc in others:
             if not _matches(doc.uri, suffixes):
                 continue
-            tree = doc.tree
+            tree = tree_for_prompt(doc)  # not a huge minified file's parse
             if tree is None:
                 continue
             definitions = top_level_definitions(tree)

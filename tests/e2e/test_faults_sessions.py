@@ -128,7 +128,15 @@ WHOLE = {"partialAfterMs": 0, "firstLineMs": 60_000, "maxNewTokens": 400}
 @pytest.mark.slow
 def test_a_short_request_is_answered_while_another_clients_long_generation_runs(tmp_path: Path) -> None:
     rules = tmp_path / "fair-rules.json"
-    rules.write_text(json.dumps([["def alpha(", LONG], ["def beta(", "b):\n    return 'B'"]]))
+    rules.write_text(
+        json.dumps(
+            [
+                ["def alpha(", LONG],
+                ["def beta(", "b):\n    return 'B'"],
+                ["def gamma(", "c):\n    return 'C'"],
+            ]
+        )
+    )
     server = TcpServer(tmp_path, "--fake-token-delay-ms", "30", "--fake-rules", str(rules))
     try:
         _, a = server.session(**WHOLE)
@@ -138,8 +146,7 @@ def test_a_short_request_is_answered_while_another_clients_long_generation_runs(
         started = time.monotonic()
         assert b.suggestion("file:///w/b.py", 0, 9) == "b):\n    return 'B'"
         idle = time.monotonic() - started  # the engine's time for it alone
-        b.change("file:///w/b.py", 2, [{"text": "def beta(\n"}])  # a fresh request, not a cached answer
-        b.change("file:///w/b.py", 3, [{"text": "def beta("}])
+        b.open("file:///w/c.py", "def gamma(")  # as long a generation, not an answer cached from the first
         ask_a = a.request_async(
             "textDocument/inlineCompletion",
             {
@@ -150,7 +157,7 @@ def test_a_short_request_is_answered_while_another_clients_long_generation_runs(
         )
         time.sleep(1.0)  # a's generation (~150 tokens at 30 ms) is well under way
         started = time.monotonic()
-        assert b.suggestion("file:///w/b.py", 0, 9) == "b):\n    return 'B'"
+        assert b.suggestion("file:///w/c.py", 0, 10) == "c):\n    return 'C'"
         beside = time.monotonic() - started
         print(f"short request alone {idle:.3f} s, beside a long generation {beside:.3f} s")
         assert beside < idle + 0.5, (beside, idle)
