@@ -2,11 +2,14 @@
 per authenticated connection), and how the process ends.
 
 Framing is LSP's (`Content-Length` headers, then a JSON body), read here rather than by pygls' runners so
-that the server decides what ends a session:
+that the server decides what ends a session. `FrameReader` recovers from a wrong length (short, long,
+counted in characters, not a number, absurd, missing): the message ends where its JSON ends, garbage is
+skipped to the next `Content-Length` header, each bad frame is logged once and answered with an error when
+its id can be read; only RESYNC_LIMIT bytes without a header end the session. Ends:
 - stdio: `exit` (code 0 after `shutdown`, else 1, as LSP says), the client gone (stdin at its end, or a
   broken stdout), SIGINT, SIGTERM or SIGHUP all end the session the same way;
 - TCP: a connection must open with `initialize` carrying `initializationOptions.token`, the token of this
-  server's 0600 token file (`auth.py`); anything else, and anything that looks like HTTP (a web page's
+  server's 0600 token file (`auth.py`), in at most MAX_FIRST_BODY bytes (refused at the header); anything else, and anything that looks like HTTP (a web page's
   `fetch` to localhost), is refused and closed. Each connection gets its own `SpeclsServer` (protocol,
   documents, settings, engine thread); they share the loaded model (`backends/shared.py`). A disconnect or
   `exit` ends that session only; SIGINT/SIGTERM end them all.
