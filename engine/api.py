@@ -21,8 +21,9 @@ DRAFTERS = ("model", "lookup", "suffix", "stale", "hybrid", "none")
 # here so the server's settings can name them without importing torch.
 RuntimeName = Literal["auto", "llama.cpp", "torch"]
 RUNTIMES: tuple[RuntimeName, ...] = ("auto", "llama.cpp", "torch")
-Quantization = Literal["none", "int8", "int4"]
-QUANTIZATIONS: tuple[Quantization, ...] = ("none", "int8", "int4")
+# int8/int4: weight-only; w8a8: int8 weights and per-row int8 activations (engine.quantize.RowwiseInt8Linear)
+Quantization = Literal["none", "int8", "int4", "w8a8"]
+QUANTIZATIONS: tuple[Quantization, ...] = ("none", "int8", "int4", "w8a8")
 
 FinishReason = Literal["length", "eos", "stop", "cancelled", "error"]
 

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.memory import return_freed_memory
-from engine.quantize import Quantization, check_quantization, make_linear
+from engine.quantize import Linear, Quantization, check_quantization, make_linear, read_prompt
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -262,6 +262,8 @@ class LeanLlamaDecoder:
             float_mask = torch.zeros(hidden_keys.shape, device=self.device)
             float_mask.masked_fill_(hidden_keys, float("-inf"))
             mask = float_mask.to(self.dtype)
+        # Reading a prompt chooses no token: projections may take their faster path (W8A8's single pass).
+        project: Callable[[Linear, torch.Tensor], torch.Tensor] = _choose_tokens if logits else read_prompt
         heads, kv_heads, head_dim = self.num_heads, self.num_kv_heads, self.head_dim
         rotated_width = (heads + kv_heads) * head_dim  # q and k columns of the fused projection
         norm_shape, eps = (self.hidden_size,), self.eps
@@ -270,7 +272,7 @@ class LeanLlamaDecoder:
                 continue
             if should_stop is not None and should_stop():
                 raise _Stopped(_Partial(token_ids, index, hidden))
-            qkv = layer.qkv(F.rms_norm(hidden, norm_shape, layer.input_norm, eps))
+            qkv = project(layer.qkv, F.rms_norm(hidden, norm_shape, layer.input_norm, eps))
             # q and k heads take their rotary embedding together: one rope over [count, heads + kv_heads].
             qk = _rope(qkv[:, :rotated_width].view(count, heads + kv_heads, head_dim), cos, signed_sin)
             keys[:, start:end] = qk[:, heads:].transpose(0, 1)
@@ -285,14 +287,20 @@ class LeanLlamaDecoder:
                     attn_mask=mask,
                     enable_gqa=True,
                 )[0].transpose(0, 1)
-            hidden = hidden + layer.o(attended.reshape(count, heads * head_dim))
-            gate, up = layer.gate_up(F.rms_norm(hidden, norm_shape, layer.post_norm, eps)).chunk(2, dim=-1)
-            hidden = hidden + layer.down(F.silu(gate) * up)
+            hidden = hidden + project(layer.o, attended.reshape(count, heads * head_dim))
+            gate, up = project(layer.gate_up, F.rms_norm(hidden, norm_shape, layer.post_norm, eps)).chunk(
+                2, dim=-1
+            )
+            hidden = hidden + project(layer.down, F.silu(gate) * up)
         self._tokens.extend(token_ids)
         if not logits:
             return hidden.new_empty(0)
         hidden = F.rms_norm(hidden, norm_shape, self.final_norm, eps)
         return self.lm_head(hidden).float()
+
+
+def _choose_tokens(linear: Linear, x: torch.Tensor) -> torch.Tensor:
+    return linear(x)
 
 
 def _attend_few(

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from engine.hardware import OVERHEAD_BOUND_PARAMS, native_bf16
+
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -140,39 +142,12 @@ def pick_device(device: str = "auto") -> torch.device:
 DTYPE_NAMES = ("auto", "fp32", "bf16")
 # bf16 pays on a CPU only where the weights' memory traffic is the cost: at the bundled pair's 10M
 # parameters a step is per-call overhead and whole-model bf16 measured slower than fp32 (STACK-NOTES).
-BF16_MIN_PARAMS = 100_000_000
-_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+BF16_MIN_PARAMS = OVERHEAD_BOUND_PARAMS
 
 
 def cpu_bf16_support(cpuinfo: str | None = None) -> tuple[bool, str]:
-    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX), and the evidence.
-
-    Reads the flags in /proc/cpuinfo; where that file does not exist (macOS, Windows) asks torch's own
-    probe. Without either instruction set bf16 arithmetic is emulated and slower than fp32.
-    """
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            cpuinfo = None
-    if cpuinfo is not None:
-        flags: set[str] = set()
-        for line in cpuinfo.splitlines():
-            if line.startswith("flags"):
-                flags.update(line.partition(":")[2].split())
-                break
-        found = [flag for flag in _BF16_CPU_FLAGS if flag in flags]
-        if found:
-            return True, f"CPU flags {', '.join(found)}"
-        return False, "no avx512_bf16 or amx_bf16 among the CPU flags"
-    import torch
-
-    probes = [
-        getattr(torch._C._cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    ]
-    if any(probe is not None and probe() for probe in probes):
-        return True, "torch reports AVX512-BF16 or AMX"
-    return False, "torch reports neither AVX512-BF16 nor AMX"
+    """Whether this CPU computes bf16 natively under torch's capability (`engine.hardware.native_bf16`)."""
+    return native_bf16(cpuinfo)
 
 
 def choose_dtype(
@@ -203,7 +178,7 @@ def torch_dtype(name: str) -> torch.dtype:
 # Below this many target parameters a decode step is per-call overhead, not arithmetic: a second thread
 # only adds OpenMP synchronisation, and when anything else runs on the other core it stalls every step
 # (bundled pair, 2-core CPU: plain decoding 105 tok/s at 1 thread, 17-47 tok/s at 2 with a busy neighbour).
-SINGLE_THREAD_BELOW_PARAMS = 100_000_000
+SINGLE_THREAD_BELOW_PARAMS = OVERHEAD_BOUND_PARAMS
 
 
 def configure_threads(num_threads: int | None = None, target_params: int | None = None) -> int:

@@ -14,6 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.api import QUANTIZATIONS, RUNTIMES, Quantization
+from engine.hardware import DRAFT_AUTO_QUANTIZATION as DRAFT_AUTO_QUANTIZATION  # hardware rules live there
+from engine.hardware import choose_draft_quantization as _choose_draft_quantization
+from engine.hardware import choose_target_quantization
+from engine.hardware import cpu_capability as cpu_capability
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -51,7 +55,7 @@ def choose_runtime(requested: str, quantization: str, blocker: str | None) -> tu
     torch weights is a torch request."""
     if requested not in RUNTIMES:
         raise RuntimeUnavailable(f"unknown runtime {requested!r}; choose one of {', '.join(RUNTIMES)}")
-    if quantization not in QUANTIZATIONS:
+    if quantization not in QUANTIZATIONS and quantization != "auto":
         raise RuntimeUnavailable(
             f"unknown quantization {quantization!r}; choose one of {', '.join(QUANTIZATIONS)}"
         )
@@ -61,7 +65,7 @@ def choose_runtime(requested: str, quantization: str, blocker: str | None) -> tu
         return "llama.cpp", "requested"
     if requested == "torch":
         return "torch", "requested"
-    if quantization != "none":
+    if quantization not in ("none", "auto"):
         return "torch", f"{quantization} weights are a torch option"
     if blocker is None:
         return "llama.cpp", "the fastest runtime installed (bench/results/decode-speed-cpu.md)"
@@ -89,6 +93,11 @@ def build_target_decoder(
     gguf = find_gguf(Path(folder)) if folder else None
     blocker = llama_cpp_blocker(device_type, gguf, llama_cpp_available())
     chosen, reason = choose_runtime(runtime, quantization, blocker)
+    quantization_reason = ""
+    if quantization == "auto" and chosen == "torch":
+        quantization, quantization_reason = choose_target_quantization(
+            "auto", device_type, _dtype_name(model), model.num_parameters()
+        )
     if chosen == "llama.cpp" and gguf is not None:
         from engine.llama_cpp_decoder import LlamaCppDecoder
 
@@ -105,62 +114,21 @@ def build_target_decoder(
         checked: Quantization = quantization  # type: ignore[assignment]  # validated by choose_runtime
         weights = dtype if quantization == "none" else f"{dtype} + {quantization} weights"
         lean = LeanLlamaDecoder(model, window, checked, release=release)
-        return lean, RuntimeChoice("lean", weights, reason)
-    if quantization != "none":
+        why = f"{reason}; {quantization_reason}" if quantization_reason else reason
+        return lean, RuntimeChoice("lean", weights, why)
+    if quantization not in ("none", "auto") and quantization_reason == "":
         raise RuntimeUnavailable(f"{quantization} weights need a Llama-family target (the lean decoder)")
     return HFDecoder(model, window), RuntimeChoice("transformers", dtype, reason)
-
-
-# The draft model's precision never changes the output, only how many drafts the target accepts, so where
-# torch's packed int8 kernel is fast the draft runs with int8 weights: its step is bound by reading its
-# weights, and int8 halves bf16's bytes. That kernel is fast only with AVX-512: on an AVX-512/AMX CPU it ran
-# SmolLM2-135M's step matmuls in 6.2 ms against 15 (bf16) and 17 (fp32) (STACK-NOTES); on an AVX2-only CPU
-# one 9728x896 projection took 9.0 ms int8, 20 ms int4, 3.3 ms fp32 for one token, and 10-20x fp32's time
-# for 5-64 tokens (bench/results/decode-speed-qwen*.md), so there the draft keeps the model's dtype.
-DRAFT_AUTO_QUANTIZATION: Quantization = "int4"
-
-
-def cpu_capability() -> str:
-    """torch's vector ISA on this CPU ("AVX512", "AVX2", "DEFAULT", ...)."""
-    import torch
-
-    return str(torch.backends.cpu.get_cpu_capability())
-
-
-# Below this size a draft's step is bound by per-call overhead, not by reading its weights, and the packed
-# int4 kernel's own overhead dominates: the bundled 2.9M-parameter draft's step, as the engine's step-cost
-# timer priced it in `specls bench throughput`, took 5.2 ms with int4 weights against 1.2 ms in fp32, while
-# Qwen2.5-Coder-0.5B's halved (45 against 86 ms in bf16).
-DRAFT_QUANTIZE_MIN_PARAMS = 100_000_000
 
 
 def choose_draft_quantization(
     requested: str, device_type: str, capability: str | None = None, params: int | None = None
 ) -> tuple[Quantization, str]:
-    """The draft model's weight quantization and why: an explicit request wins; "auto" is
-    DRAFT_AUTO_QUANTIZATION on an AVX-512 CPU (where the packed kernel is fast) for a draft of at least
-    DRAFT_QUANTIZE_MIN_PARAMS parameters (unknown size: assumed large), and none elsewhere."""
-    if requested != "auto":
-        if requested not in QUANTIZATIONS:
-            raise RuntimeUnavailable(
-                f"unknown draft quantization {requested!r}; choose auto or one of {', '.join(QUANTIZATIONS)}"
-            )
-        return requested, "requested"
-    if device_type != "cpu":
-        return "none", f"packed int8/int4 kernels are CPU only, the device is {device_type}"
-    if params is not None and params < DRAFT_QUANTIZE_MIN_PARAMS:
-        return "none", f"a {params / 1e6:.1f}M-parameter draft's step is overhead-bound; int4 would slow it"
-    capability = capability if capability is not None else cpu_capability()
-    if "AVX512" not in capability:
-        return (
-            "none",
-            f"torch's packed int4/int8 kernels are slower than full precision without AVX-512 (CPU: {capability})",
-        )
-    return (
-        DRAFT_AUTO_QUANTIZATION,
-        "a draft's precision changes only acceptance; int4 weights halve its one-token step on AVX-512 "
-        "(full-precision weights kept for reading prompts)",
-    )
+    """`engine.hardware.choose_draft_quantization`, with a bad name raised as `RuntimeUnavailable`."""
+    try:
+        return _choose_draft_quantization(requested, device_type, capability, params)
+    except ValueError as error:
+        raise RuntimeUnavailable(str(error)) from None
 
 
 def build_draft_decoder(

@@ -130,7 +130,7 @@ class LocalEngine:
         pair: ModelPair | None = None,
         max_context: int | None = None,
         runtime: str = "auto",
-        quantization: str = "none",
+        quantization: str = "auto",
         draft_quantization: str = "auto",
         keep_hf_model: bool = False,
     ) -> None:

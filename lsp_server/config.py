@@ -43,7 +43,7 @@ class ServerSettings:
     device: str = "auto"
     dtype: str = "auto"
     runtime: str = "auto"  # what decodes the target (engine.runtime): llama.cpp when it can, else torch
-    quantize: str = "none"  # torch runtime: int8 or int4 weight-only projections
+    quantize: str = "auto"  # torch runtime: w8a8 without native bf16 (engine.hardware), int8/int4 weight-only
     endpoint: str | None = None  # remote backend base URL
     remote_model: str | None = None
     api_key_env: str = "SPECLS_API_KEY"  # name of the environment variable that holds the key
@@ -186,7 +186,7 @@ _FIELDS: dict[str, tuple[str, ValueType]] = {
     "device": ("device", _string),
     "dtype": ("dtype", _choice(DTYPES)),
     "runtime": ("runtime", _choice(RUNTIMES)),
-    "quantize": ("quantize", _choice(QUANTIZATIONS)),
+    "quantize": ("quantize", _choice(("auto", *QUANTIZATIONS))),
     "endpoint": ("endpoint", _optional_string),
     "remoteModel": ("remote_model", _optional_string),
     "apiKeyEnv": ("api_key_env", _string),

@@ -13,13 +13,16 @@ from engine.runtime import RuntimeUnavailable, build_draft_decoder, choose_draft
 from engine.service import decoder_weight_mb, model_memory
 
 
-def test_auto_draft_weights_are_int4_for_large_drafts_on_avx512_cpus_and_full_precision_elsewhere() -> None:
+def test_auto_draft_weights_are_int4_on_avx512_w8a8_on_avx2_and_full_precision_when_small_or_off_cpu() -> (
+    None
+):
     assert choose_draft_quantization("auto", "cpu", "AVX512")[0] == "int4"
     assert choose_draft_quantization("auto", "cpu", "AVX512", params=494_000_000)[0] == "int4"
     small, small_why = choose_draft_quantization("auto", "cpu", "AVX512", params=2_900_000)
     assert small == "none" and "overhead-bound" in small_why  # the bundled draft stays full precision
-    none, why = choose_draft_quantization("auto", "cpu", "AVX2")
-    assert none == "none" and "AVX-512" in why
+    w8a8, why = choose_draft_quantization("auto", "cpu", "AVX2")
+    assert w8a8 == "w8a8" and "AVX-512" in why
+    assert choose_draft_quantization("auto", "cpu", "AVX2", params=2_900_000)[0] == "none"
     assert choose_draft_quantization("auto", "cuda")[0] == "none"
     assert choose_draft_quantization("int4", "cpu") == ("int4", "requested")
     with pytest.raises(RuntimeUnavailable, match="unknown draft quantization"):

@@ -34,7 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--device", help="auto, cpu, cuda, ...")
     model.add_argument("--runtime", choices=RUNTIMES, help="what decodes the target (default: auto)")
     model.add_argument(
-        "--quantize", choices=QUANTIZATIONS, help="torch runtime: int8 or int4 weights (default: none)"
+        "--quantize",
+        choices=("auto", *QUANTIZATIONS),
+        help="torch runtime: w8a8 (int8 weights and activations), int8 or int4 weight-only (default: auto, "
+        "w8a8 on a CPU without native bf16)",
     )
     model.add_argument("--endpoint", help="OpenAI-compatible base URL (with --backend openai)")
     model.add_argument("--model", dest="remote_model", help="model name at the endpoint")

@@ -1,0 +1,139 @@
+"""Every hardware choice the engine makes, each in one function that returns the choice and its reason.
+
+The rules, in the order a load applies them (`specls doctor`, `specls serve` and every benchmark call the same
+functions, so a figure in bench/results/ ran what a user runs):
+- the CPU class: torch's own vector capability (`cpu_capability`), so `ATEN_CPU_CAPABILITY=avx2` lowers it
+  for every rule at once, and native bf16 (`native_bf16`) on top of it;
+- the dtype (`engine.models.choose_dtype`): bf16 where the CPU computes it natively, fp32 elsewhere;
+- the target's and the draft's projections (`choose_target_quantization`, `choose_draft_quantization`):
+  W8A8 (`engine.quantize.RowwiseInt8Linear`) on a CPU without native bf16, int4 draft steps on AVX-512,
+  the model's dtype elsewhere;
+- threads (`engine.models.configure_threads`).
+
+One size threshold serves them all: below OVERHEAD_BOUND_PARAMS a decode step is per-call overhead, not
+reading weights, so neither bf16, nor quantized weights, nor a second thread make it faster.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.api import QUANTIZATIONS, Quantization
+
+# Measured on the bundled pair (2.9M and 10M parameters): whole-model bf16 slower than fp32 (STACK-NOTES); the
+# draft's int4 step 5.2 ms against 1.2 ms in fp32 (`specls bench throughput`'s step-cost timer); plain
+# decoding at 105 tok/s with one thread, 17-47 with two beside a busy neighbour. Qwen2.5-Coder-0.5B (494M),
+# the smallest model where weights are the cost, gains from each.
+OVERHEAD_BOUND_PARAMS = 100_000_000
+
+_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_capability() -> str:
+    """torch's vector ISA on this CPU ("AVX512", "AVX2", "DEFAULT", ...); ATEN_CPU_CAPABILITY lowers it."""
+    import torch
+
+    return str(torch.backends.cpu.get_cpu_capability())
+
+
+def native_bf16(cpuinfo: str | None = None, capability: str | None = None) -> tuple[bool, str]:
+    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX) under torch's capability, and the evidence.
+
+    A lowered capability (AVX2) wins over the flags: torch then runs no AVX-512 kernel, bf16 included. The
+    flags come from /proc/cpuinfo (or `cpuinfo`, for tests); where that file does not exist (macOS, Windows)
+    torch's own probe answers. Without either instruction set bf16 arithmetic is emulated and slower than fp32.
+    """
+    if cpuinfo is None:
+        capability = capability if capability is not None else cpu_capability()
+        if "AVX512" not in capability:
+            return False, f"torch runs {capability} kernels on this CPU"
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            cpuinfo = None
+    if cpuinfo is not None:
+        flags: set[str] = set()
+        for line in cpuinfo.splitlines():
+            if line.startswith("flags"):
+                flags.update(line.partition(":")[2].split())
+                break
+        found = [flag for flag in _BF16_CPU_FLAGS if flag in flags]
+        if found:
+            return True, f"CPU flags {', '.join(found)}"
+        return False, "no avx512_bf16 or amx_bf16 among the CPU flags"
+    import torch
+
+    probes = [
+        getattr(torch._C._cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    ]
+    if any(probe is not None and probe() for probe in probes):
+        return True, "torch reports AVX512-BF16 or AMX"
+    return False, "torch reports neither AVX512-BF16 nor AMX"
+
+
+TARGET_QUANTIZATIONS = ("auto", *QUANTIZATIONS)
+
+
+def choose_target_quantization(
+    requested: str, device_type: str, dtype_name: str, params: int | None
+) -> tuple[Quantization, str]:
+    """The target's projections and why: an explicit request wins; "auto" is W8A8 on a CPU that runs fp32
+    (no native bf16) for a model of at least OVERHEAD_BOUND_PARAMS, and the model's dtype elsewhere."""
+    if requested != "auto":
+        if requested not in QUANTIZATIONS:
+            raise ValueError(
+                f"unknown quantization {requested!r}; choose one of {', '.join(TARGET_QUANTIZATIONS)}"
+            )
+        return requested, "requested"  # checked against QUANTIZATIONS
+    if device_type != "cpu":
+        return "none", f"{dtype_name} on {device_type}"
+    if dtype_name != "fp32":
+        return "none", f"{dtype_name} runs natively on this CPU"
+    if params is not None and params < OVERHEAD_BOUND_PARAMS:
+        return "none", f"a {params / 1e6:.1f}M-parameter model's step is overhead-bound"
+    from engine.quantize import rowwise_int8_available
+
+    if not rowwise_int8_available():
+        return "none", "this torch build has no fbgemm integer kernels"
+    return "w8a8", W8A8_REASON
+
+
+W8A8_REASON = (
+    "no native bf16: int8 weights and per-row int8 activations (fbgemm) read a quarter of fp32's bytes; "
+    "token choices exact to int8 weights, prompts read in one pass"
+)
+
+# A draft's precision never changes the output, only how many drafts the target accepts. torch's packed int4
+# kernel is fast only with AVX-512 (Qwen2.5-Coder-0.5B's step 45 against 86 ms in bf16 on AMX); without it
+# that kernel runs scalar code for fp32 activations, and W8A8 is the fast path.
+DRAFT_AUTO_QUANTIZATION: Quantization = "int4"
+
+
+def choose_draft_quantization(
+    requested: str, device_type: str, capability: str | None = None, params: int | None = None
+) -> tuple[Quantization, str]:
+    """The draft model's projections and why: an explicit request wins; "auto" is DRAFT_AUTO_QUANTIZATION
+    on an AVX-512 CPU and W8A8 on others, for a draft of at least OVERHEAD_BOUND_PARAMS parameters (unknown
+    size: assumed large); the model's dtype off CPU."""
+    if requested != "auto":
+        if requested not in QUANTIZATIONS:
+            raise ValueError(
+                f"unknown draft quantization {requested!r}; choose auto or one of {', '.join(QUANTIZATIONS)}"
+            )
+        return requested, "requested"  # checked against QUANTIZATIONS
+    if device_type != "cpu":
+        return "none", f"packed int8/int4 kernels are CPU only, the device is {device_type}"
+    if params is not None and params < OVERHEAD_BOUND_PARAMS:
+        return "none", f"a {params / 1e6:.1f}M-parameter draft's step is overhead-bound; int4 would slow it"
+    capability = capability if capability is not None else cpu_capability()
+    if "AVX512" not in capability:
+        return (
+            "w8a8",
+            f"torch's packed int4/int8 kernels run scalar code without AVX-512 (CPU: {capability}); "
+            "fbgemm's integer matmul does not",
+        )
+    return (
+        DRAFT_AUTO_QUANTIZATION,
+        "a draft's precision changes only acceptance; int4 weights halve its one-token step on AVX-512 "
+        "(full-precision weights kept for reading prompts)",
+    )
