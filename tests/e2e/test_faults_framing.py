@@ -7,6 +7,7 @@ document. Through a real `specls serve` on the fake backend."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -110,7 +111,8 @@ def test_a_bad_frame_carrying_exit_still_exits(served: Served) -> None:
 
 @pytest.mark.slow
 def test_a_stream_that_cannot_be_resynchronised_ends_with_a_message(served: Served) -> None:
-    served.wire.send_raw(b"\x00no header here " * (5 * 1024 * 1024))  # 80 MB without a Content-Length
+    with contextlib.suppress(BrokenPipeError):  # the server may give up at 64 MB before reading the rest
+        served.wire.send_raw(b"\x00no header here " * (5 * 1024 * 1024))  # 80 MB without a Content-Length
     code, _ = served.wait_exit(timeout=60)
     assert code == 1
     assert "lost the LSP framing" in served.stderr
