@@ -71,6 +71,22 @@ def native_bf16(cpuinfo: str | None = None, capability: str | None = None) -> tu
     return False, "torch reports neither AVX512-BF16 nor AMX"
 
 
+def cpu_class(capability: str | None = None, cpuinfo: str | None = None) -> str:
+    """The CPU class every benchmark row names: "AMX/AVX512-BF16", "AVX-512 (no bf16)" or "AVX2-only", with
+    "(emulated)" where torch's capability was lowered below what the CPU's flags offer."""
+    capability = capability if capability is not None else cpu_capability()
+    if "AVX512" in capability:
+        return "AMX/AVX512-BF16" if native_bf16(cpuinfo, capability)[0] else "AVX-512 (no bf16)"
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            cpuinfo = ""
+    lowered = " avx512f" in cpuinfo or " avx512f\n" in cpuinfo
+    name = "AVX2-only" if "AVX2" in capability else f"{capability} (no AVX2)"
+    return f"{name} (emulated: torch capability lowered on an AVX-512 CPU)" if lowered else name
+
+
 TARGET_QUANTIZATIONS = ("auto", *QUANTIZATIONS)
 
 

@@ -158,11 +158,22 @@ def check_dtype(target: str | None, device: str, requested: str) -> list[Check]:
 
 def check_runtime(target: str | None, device: str) -> list[Check]:
     """What would decode the target (llama.cpp in process, or torch) and why; never loads the model."""
+    from engine.hardware import choose_target_quantization, cpu_class
     from engine.llama_cpp_decoder import find_gguf, llama_cpp_available
-    from engine.models import pick_device, resolve_model_path
+    from engine.models import (
+        choose_dtype,
+        cpu_bf16_support,
+        pick_device,
+        resolve_model_path,
+        safetensors_params,
+    )
     from engine.runtime import choose_draft_quantization, choose_runtime, llama_cpp_blocker
 
     source = resolve_model_path(target, "target")
+    device_type = pick_device(device).type
+    params = safetensors_params(Path(source.location)) if source.is_local else None
+    dtype, _ = choose_dtype("auto", device_type, params, cpu_bf16_support())
+    projections, projections_reason = choose_target_quantization("auto", device_type, dtype, params)
     gguf = find_gguf(Path(source.location)) if source.is_local else None
     blocker = llama_cpp_blocker(pick_device(device).type, gguf, llama_cpp_available())
     runtime, reason = choose_runtime("auto", "none", blocker)
@@ -175,4 +186,8 @@ def check_runtime(target: str | None, device: str) -> list[Check]:
         )
         detail += "plain decoding only at near-ties"
         return [Check("runtime", "ok", detail), draft]
-    return [Check("runtime", "ok", f"torch ({reason})"), draft]
+    engine = f"torch ({reason}) on {device_type}"
+    if device_type == "cpu":
+        engine += f", CPU class {cpu_class()}"
+    engine += f"; projections {projections} ({projections_reason})"
+    return [Check("runtime", "ok", engine), draft]
