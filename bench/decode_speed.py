@@ -1,6 +1,7 @@
 """Decode speed of every local engine on one real model, side by side in one process, against llama-server.
 
-Engines: the lean torch decoder in fp32, bf16, and with int8 / int4 weights (bf16 activations), and llama.cpp
+Engines: the lean torch decoder in fp32, bf16, with int8 / int4 weights (bf16 activations) and in W8A8 (int8
+weights and per-row int8 activations, fp32 elsewhere: the engine for CPUs without native bf16), and llama.cpp
 in process over the model's GGUF (when llama-cpp-python is installed). For each engine:
 
 - where a step goes: one decode step, and the matmuls of that step alone (the same projections on an input
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 
     from engine.decoder import CausalDecoder
 
-LEAN_ENGINES = ("lean-fp32", "lean-bf16", "lean-int8", "lean-int4")
+LEAN_ENGINES = ("lean-fp32", "lean-bf16", "lean-int8", "lean-int4", "lean-w8a8")
 ENGINES = (*LEAN_ENGINES, "llama.cpp")
 METHODS = ("plain", "speculative-lookup")
 LOSS_WINDOWS = 2  # held-out windows of LOSS_WINDOW tokens for the quantization error
@@ -121,10 +122,11 @@ class Engines:
                 self.decoders[name] = LlamaCppDecoder(gguf, window, threads=threads)
             else:
                 precision = name.removeprefix("lean-")
-                dtype = torch.float32 if precision == "fp32" else torch.bfloat16
+                # W8A8 is the engine for CPUs without native bf16: its activations are fp32 there.
+                dtype = torch.float32 if precision in ("fp32", "w8a8") else torch.bfloat16
                 if dtype not in models:
                     models[dtype] = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).eval()
-                quantization = precision if precision in ("int8", "int4") else "none"
+                quantization = precision if precision in ("int8", "int4", "w8a8") else "none"
                 decoder = LeanLlamaDecoder(models[dtype], window, quantization)  # type: ignore[arg-type]
                 self.decoders[name] = decoder
                 self.matmuls[name] = _matmul_runner(decoder)
