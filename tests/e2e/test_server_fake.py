@@ -348,7 +348,7 @@ async def test_bad_input_is_answered_and_the_server_stays_up() -> None:
         # Garbage in custom notifications and an unknown command argument shape.
         client.protocol.notify("specls/didPartiallyAccept", {"uri": 5, "acceptedLength": "many"})
         client.protocol.notify("specls/didShow", None)
-        # A handler that raises: closing a document that was never opened.
+        # A client's slip: closing a document that was never opened (a warning, not an error).
         client.text_document_did_close(
             types.DidCloseTextDocumentParams(types.TextDocumentIdentifier("file:///x.py"))
         )
@@ -360,7 +360,7 @@ async def test_bad_input_is_answered_and_the_server_stays_up() -> None:
         assert any("scripted fault" in m for m in messages)
         assert any("out of sync" in m for m in messages)
         assert any("nowhere.py" in m for m in messages)
-        assert any(m.startswith("did_close failed: UnknownDocumentError") for m in messages)
+        assert any("didClose for file:///x.py, which is not open; ignored" in m for m in messages)
         # After all of that, the document that was edited badly gets nothing until the client's full text
         # resyncs it (the client applied the edit; our copy no longer matches), then it completes.
         assert await session.suggestion(URI) == ""
