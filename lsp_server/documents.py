@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from tree_sitter import Parser, Point, Tree
 
 from lsp_server.languages import canonical_language, new_parser
+from lsp_server.positions import LineIndex, char_index, units, utf8_len
+from lsp_server.positions import PositionError as PositionError  # raised here, caught by callers
 
 ENCODINGS = ("utf-8", "utf-16", "utf-32")
 _LONE_CR = re.compile("\r(?!\n)")
@@ -31,10 +33,6 @@ PARSE_BUDGET_S = 2.0  # a (re)parse that takes longer is given up, and the docum
 
 class UnknownDocumentError(LookupError):
     """The URI was never opened (or was closed)."""
-
-
-class PositionError(ValueError):
-    """A position that does not address a character boundary of the document."""
 
 
 class OutOfSyncError(PositionError):
@@ -50,128 +48,6 @@ class TextChange:
     text: str
 
 
-class _LineIndex:
-    """Start offset of every line, in characters and in UTF-8 bytes.
-
-    Entries from `shift_from` on are stored without a pending (char, byte) shift, which is added on read
-    and folded in lazily: consecutive edits near one place touch only the entries between them.
-    """
-
-    def __init__(self, text: str) -> None:
-        self.chars = [0]
-        self.bytes = [0]
-        byte_pos = 0
-        char_pos = 0
-        for line in text.split("\n")[:-1]:
-            char_pos += len(line) + 1
-            byte_pos += _utf8_len(line) + 1
-            self.chars.append(char_pos)
-            self.bytes.append(byte_pos)
-        self.shift_from = len(self.chars)
-        self.char_shift = 0
-        self.byte_shift = 0
-
-    def __len__(self) -> int:
-        return len(self.chars)
-
-    def copy(self) -> _LineIndex:
-        clone = _LineIndex("")
-        clone.chars, clone.bytes = list(self.chars), list(self.bytes)
-        clone.shift_from, clone.char_shift, clone.byte_shift = (
-            self.shift_from,
-            self.char_shift,
-            self.byte_shift,
-        )
-        return clone
-
-    def char_start(self, line: int) -> int:
-        return self.chars[line] + (self.char_shift if line >= self.shift_from else 0)
-
-    def byte_start(self, line: int) -> int:
-        return self.bytes[line] + (self.byte_shift if line >= self.shift_from else 0)
-
-    def _fold(self, start: int, stop: int, char_delta: int, byte_delta: int) -> None:
-        for i in range(start, stop):
-            self.chars[i] += char_delta
-            self.bytes[i] += byte_delta
-
-    def line_of_char(self, offset: int) -> int:
-        """The line containing character `offset` (binary search over the lazily shifted starts)."""
-        lo, hi = 0, len(self.chars) - 1
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self.char_start(mid) <= offset:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
-
-    def replace(
-        self, first: int, last: int, new_text: str, start_char: int, start_byte: int, deltas: tuple[int, int]
-    ) -> None:
-        """Text from a point on line `first` to a point on line `last` was replaced by `new_text`, which
-        starts at (start_char, start_byte); later lines move by `deltas` (characters, bytes)."""
-        # Entries up to `last` become exact, so the pending shift covers only lines after the edit.
-        if self.shift_from <= last:
-            self._fold(self.shift_from, last + 1, self.char_shift, self.byte_shift)
-            self.shift_from = last + 1
-        # Exact entries between the edit and the pending region join it (cost: the distance between them),
-        # then the whole region from the edit on moves by the deltas, lazily.
-        if self.char_shift or self.byte_shift:
-            self._fold(last + 1, self.shift_from, -self.char_shift, -self.byte_shift)
-        self.shift_from = last + 1
-        self.char_shift += deltas[0]
-        self.byte_shift += deltas[1]
-        new_chars: list[int] = []
-        new_bytes: list[int] = []
-        pos = new_text.find("\n")
-        while pos != -1:
-            new_chars.append(start_char + pos + 1)
-            new_bytes.append(start_byte + _utf8_len(new_text[: pos + 1]))
-            pos = new_text.find("\n", pos + 1)
-        self.chars[first + 1 : last + 1] = new_chars
-        self.bytes[first + 1 : last + 1] = new_bytes
-        self.shift_from += len(new_chars) - (last - first)
-
-
-def _utf8_len(text: str) -> int:
-    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
-
-
-def _units(text: str, encoding: str) -> int:
-    """Length of `text` in the code units of `encoding`."""
-    if encoding == "utf-32" or text.isascii():
-        return len(text)
-    if encoding == "utf-16":
-        return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
-    return _utf8_len(text)
-
-
-def _char_index(line_text: str, units: int, encoding: str) -> int:
-    """Index into `line_text` of the character starting `units` code units in; PositionError otherwise."""
-    if units < 0:
-        raise PositionError(f"negative character offset {units}")
-    if encoding == "utf-32" or line_text.isascii():
-        if units > len(line_text):
-            raise PositionError(f"character {units} is past the end of a line of length {len(line_text)}")
-        return units
-    count = 0
-    for index, ch in enumerate(line_text):
-        if count == units:
-            return index
-        code = ord(ch)
-        if encoding == "utf-16":
-            width = 2 if code > 0xFFFF else 1
-        else:
-            width = 1 if code < 0x80 else 2 if code < 0x800 else 3 if code < 0x10000 else 4
-        count += width
-        if count > units:
-            raise PositionError(f"character {units} ({encoding}) falls inside the character {ch!r}")
-    if count == units:
-        return len(line_text)
-    raise PositionError(f"character {units} ({encoding}) is past the end of a line of length {count}")
-
-
 @dataclass
 class Document:
     uri: str
@@ -181,7 +57,7 @@ class Document:
     last_touched: float
     language: str | None = None  # canonical grammar name ("python", "tsx", ...) or None
     data: bytes = b""  # text as UTF-8, what the tree is parsed from
-    lines: _LineIndex = field(default_factory=lambda: _LineIndex(""), repr=False)
+    lines: LineIndex = field(default_factory=lambda: LineIndex(""), repr=False)
     parser: Parser | None = field(default=None, repr=False)
     # The tree is edited on every change but reparsed only when read: a reparse walks every top-level node
     # (~40 ms on a 3.6 MB Python file), so keystrokes without a completion request never pay for it.
@@ -263,12 +139,12 @@ class Document:
     def byte_offset(self, offset: int) -> int:
         """UTF-8 byte offset of character `offset`."""
         line = self.lines.line_of_char(offset)
-        return self.lines.byte_start(line) + _utf8_len(self.text[self.lines.char_start(line) : offset])
+        return self.lines.byte_start(line) + utf8_len(self.text[self.lines.char_start(line) : offset])
 
     def point(self, offset: int) -> Point:
         """tree-sitter (row, byte column) of character `offset`."""
         line = self.lines.line_of_char(offset)
-        return Point(line, _utf8_len(self.text[self.lines.char_start(line) : offset]))
+        return Point(line, utf8_len(self.text[self.lines.char_start(line) : offset]))
 
 
 class DocumentStore:
@@ -299,7 +175,7 @@ class DocumentStore:
             last_touched=time.monotonic(),
             language=language,
             data=data,
-            lines=_LineIndex(text),
+            lines=LineIndex(text),
             parser=parser,
             lone_cr=_has_lone_cr(text),
         )
@@ -313,6 +189,10 @@ class DocumentStore:
             return self._documents[uri]
         except KeyError:
             raise UnknownDocumentError(uri) from None
+
+    def find(self, uri: str) -> Document | None:
+        """The document, or None when it is not open."""
+        return self._documents.get(uri)
 
     def touch(self, uri: str) -> None:
         self.get(uri).last_touched = time.monotonic()
@@ -332,9 +212,12 @@ class DocumentStore:
         _replace(self.get(uri), offset, offset, text)
 
     def adopt_trees(self, snapshot: DocumentStore) -> None:
-        """Keep the trees a snapshot parsed, for the documents not edited since it was taken."""
+        """Keep the trees a snapshot parsed, for the documents not edited since it was taken, and where each
+        prompt started (a line: still the best guess after an edit, so the next prompt shares the cache)."""
         for uri, copy in snapshot._documents.items():
             doc = self._documents.get(uri)
+            if doc is not None:
+                doc.prompt_start_line = copy.prompt_start_line
             if doc is not None and doc.data is copy.data and doc._tree_stale and not copy._tree_stale:
                 doc._tree, doc._tree_stale = copy._tree, False
                 if copy.parser is None:  # its parse was over budget
@@ -361,12 +244,12 @@ class DocumentStore:
         line_text = doc.line_text(line)
         if column > len(line_text):
             raise PositionError(f"offset {offset} falls inside a line terminator")
-        return line, _units(line_text[:column], self._encoding)
+        return line, units(line_text[:column], self._encoding)
 
     def _offset(self, doc: Document, line: int, character: int) -> int:
         if not 0 <= line < doc.line_count:
             raise PositionError(f"line {line} is outside a document of {doc.line_count} lines")
-        return doc.lines.char_start(line) + _char_index(doc.line_text(line), character, self._encoding)
+        return doc.lines.char_start(line) + char_index(doc.line_text(line), character, self._encoding)
 
     # -- edits ----------------------------------------------------------------------------------
     def change(self, uri: str, version: int, changes: Sequence[TextChange]) -> None:

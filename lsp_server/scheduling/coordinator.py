@@ -1,4 +1,6 @@
-"""The coordinator: the only code that changes scheduling state or calls the engine worker.
+"""The coordinator: the only code that decides what changes in scheduling state. It reaches the engine
+worker through `BackendLink` (load, warm, stop, and the worker's reports), its `Generations` (queue,
+cancel, answer waiters) and the `Prefetcher`.
 
 It runs on the event loop. Each document's state is one `DocumentState` (`document_state.py`); finished
 suggestions live in the `SuggestionCache`; what to do is decided by pure policies that take the frozen
@@ -16,19 +18,20 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from engine.api import BackendInfo, CompletionBackend, CompletionResult, WarmResult
+from engine.api import BackendInfo, CompletionBackend
 from lsp_server.config import ServerSettings
 from lsp_server.context import build_completion_context, finalize_completion
 from lsp_server.documents import DocumentStore, PositionError, UnknownDocumentError
 from lsp_server.jobs import Generation, is_current, suggestion_id
 from lsp_server.scheduling import answers, prefetch, waiting
 from lsp_server.scheduling.answers import Source, Suggestion
-from lsp_server.scheduling.document_state import DocumentState, DocumentStates
-from lsp_server.scheduling.generations import Generations
+from lsp_server.scheduling.backend_link import BackendLink
+from lsp_server.scheduling.document_state import DocumentStates
+from lsp_server.scheduling.prefetcher import Prefetcher
 from lsp_server.scheduling.reasons import BackendState, EmptyReason
 from lsp_server.scheduling.settings import SchedulingSettings
-from lsp_server.scheduling.warmups import WarmTrigger, idle_delay_s, idle_warm_due, may_warm
-from lsp_server.scheduling.worker import ContextBuilder, EngineWorker, Finalizer, PromptSteps, WarmJob
+from lsp_server.scheduling.warmups import WarmTrigger
+from lsp_server.scheduling.worker import ContextBuilder, Finalizer, PromptSteps
 from lsp_server.statistics import Statistics
 from lsp_server.suggestion_cache import SuggestionCache
 
@@ -50,9 +53,7 @@ class Scheduler:
     ) -> None:
         self.store = store
         self.stats = Statistics()
-        self.state: BackendState = "idle"
-        self.info: BackendInfo | None = None
-        self._on_state, self._on_log = on_state, on_log
+        self._on_log = on_log
         self._on_completion, self._on_grown = on_completion, on_grown
         self._client_refreshes = False
         self._use(settings)
@@ -61,11 +62,16 @@ class Scheduler:
         self._last_uri: str | None = None  # the document last opened, asked in or pointed at
         # Held by the loop while it edits documents and by the worker while it copies them.
         self.store_lock = threading.Lock()
-        prompts = PromptSteps(build_context, finalize)
-        self._worker = EngineWorker(
-            store, self.store_lock, backend_factory, lambda: self.settings, prompts, self
+        prompts, policy = PromptSteps(build_context, finalize), lambda: self.policy
+        self._backend = BackendLink(
+            store, self.store_lock, backend_factory, lambda: self.settings, prompts, policy, self.stats,
+            on_state, on_ready=self._warm_last, on_warmed=on_completion, on_log=on_log,
+            on_ended=self._generation_ended,
+        )  # fmt: skip
+        self._generations = self._backend.generations
+        self._prefetches = Prefetcher(
+            self._documents, self._suggestions, self._generations, self._backend, policy, self.stats
         )
-        self._generations = Generations(self._worker, self.stats, on_log, on_ended=self._generation_ended)
 
     def _use(self, settings: ServerSettings) -> None:
         self.settings = settings
@@ -81,36 +87,40 @@ class Scheduler:
         self._client_refreshes = refreshes
         self._use(self.settings)
 
+    @property
+    def state(self) -> BackendState:
+        return self._backend.state
+
+    @property
+    def info(self) -> BackendInfo | None:
+        return self._backend.info
+
     # --- lifecycle ---
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._worker.start(loop)
+        self._backend.start(loop)
 
     def load(self, settings: ServerSettings) -> None:
         """(Re)load the backend on the worker; requests are answered empty until it is ready."""
         self._use(settings)
-        self._set_state("loading", f"loading {settings.backend} backend")
-        self._cancel_everything()
-        self._worker.load(settings)
+        self._backend.load(settings, self._cancel_everything)
 
     def update_settings(self, settings: ServerSettings) -> None:
         """Apply settings that need no reload; they hold from the next job, and finished suggestions made
         under the old ones are no longer served."""
         if settings != self.settings:
-            for state in self._documents:
-                if state.generation is not None and state.generation.done:
-                    state.generation = None
+            self._documents.let_go_finished()
             self._suggestions.clear()
         self._use(settings)
 
     def stop(self, timeout: float = 5.0) -> None:
         """Cancel everything and end the engine thread, waiting up to `timeout` s for it (see `join`)."""
         self._cancel_everything()
-        self._worker.stop(timeout)
+        self._backend.stop(timeout)
 
     def join(self, timeout: float) -> bool:
         """Wait for the engine thread to end (after `stop`): it stops at the engine's next cancel check."""
-        return self._worker.join(timeout)
+        return self._backend.join(timeout)
 
     @property
     def generating(self) -> bool:
@@ -129,15 +139,17 @@ class Scheduler:
         state = self._documents.get(uri)
         if state is None:
             return
+        document = self.store.find(uri)
         ahead = state.prefetch
-        if ahead is not None and not ahead.done and not prefetch.still_fits(ahead, self._text_of(uri)):
-            self._drop_prefetch(state)
+        text = document.text if document is not None else None
+        if ahead is not None and not ahead.done and not prefetch.still_fits(ahead, text):
+            self._prefetches.drop(state)
         generation = state.running
         if generation is None:
             return
         if self._generations.withdraw(uri, EmptyReason.EDITED_BEFORE_START):
             return  # it had not started: its prompt was already stale, and the client will ask again
-        typed = self._typed_after(generation)
+        typed = answers.typed_after(generation, document.text, document.version) if document else None
         if typed is not None and waiting.keeps_going(generation.text, typed):
             generation.agreed_typing = typed
             return
@@ -145,10 +157,10 @@ class Scheduler:
 
     def document_opened(self, uri: str) -> None:
         self._last_uri = uri
-        self._warm(uri, self._cursor(uri), WarmTrigger.OPEN)
+        self._backend.warm(uri, self._documents.cursor(uri), WarmTrigger.OPEN)
 
     def document_saved(self, uri: str) -> None:
-        self._warm(uri, self._cursor(uri), WarmTrigger.SAVE)
+        self._backend.warm(uri, self._documents.cursor(uri), WarmTrigger.SAVE)
 
     def cursor_moved(self, uri: str, line: int, character: int) -> None:
         """The client says where the cursor is (focus, selection or visible range): warm there."""
@@ -158,7 +170,7 @@ class Scheduler:
             return
         self._documents.of(uri).cursor = offset
         self._last_uri = uri
-        self._warm(uri, offset, WarmTrigger.CURSOR)
+        self._backend.warm(uri, offset, WarmTrigger.CURSOR)
 
     def document_closed(self, uri: str) -> None:
         """Forget everything about the document: its state, its suggestions, its running generations."""
@@ -166,7 +178,7 @@ class Scheduler:
         state = self._documents.forget(uri)
         if state is None:
             return
-        self._drop_prefetch(state)
+        self._prefetches.drop(state)
         if state.running is not None:
             self._generations.withdraw(uri, EmptyReason.CLOSED)
             self._generations.cancel(state.running, EmptyReason.CLOSED)
@@ -198,12 +210,12 @@ class Scheduler:
         self.store.touch(uri)
         state = self._documents.of(uri)
         state.cursor, state.requests, self._last_uri = offset, state.requests + 1, uri
-        self._schedule_idle_warm(state)
+        self._backend.warm_when_idle(state, lambda: self._documents.get(uri) is state)
 
         found = answers.typed_ahead(state, text, version, offset)
         for ahead in found:
             if ahead.takes_prefetch:
-                self._take_prefetch(state, ahead.generation)
+                self._prefetches.take(state, ahead.generation)
             if not ahead.wait:
                 continue  # finished (served from the cache below) or diverged
             generation, typed = ahead.generation, ahead.typed
@@ -225,7 +237,7 @@ class Scheduler:
                 prefetched=served.source is Source.CACHED_PREFETCH,
             )
             if served.prefetch_next:  # Tab after Tab
-                self._prefetch(state, text, offset, served.text)
+                self._prefetches.start(state, text, offset, served.text)
             return Suggestion(served.text, served.suggestion_id)
 
         if self.policy.debounce_ms > 0:
@@ -246,8 +258,7 @@ class Scheduler:
 
     def _submit(self, uri: str, version: int, text: str, offset: int) -> Generation:
         """Start a generation at the cursor: newest wins, and every replaced request is still answered."""
-        for state in self._documents:  # a real request goes first
-            self._drop_prefetch(state)
+        self._prefetches.drop_all()  # a real request goes first
         state = self._documents.of(uri)
         previous = state.generation
         if previous is not None and not previous.done:
@@ -260,38 +271,6 @@ class Scheduler:
                 other.cancel.cancel()
         self._generations.queue(generation)
         return generation
-
-    # --- prefetch ---
-
-    def _prefetch(self, state: DocumentState, doc_text: str, anchor: int, suggestion: str) -> None:
-        """With `suggestion` shown at `anchor` and the engine idle, compute the next one as if it were taken."""
-        running = state.prefetch is not None and not state.prefetch.done
-        plan = prefetch.plan_prefetch(
-            self.policy, doc_text, anchor, suggestion,
-            ready=self.state == "ready", engine_busy=self._worker.busy, prefetch_running=running,
-        )  # fmt: skip
-        if plan is None or self._suggestions.find(state.uri, plan.assumed_text, plan.anchor) is not None:
-            return  # nothing to do now, or already known
-        # No version of the client's document holds this text (yet): version -1.
-        state.prefetch = self._generations.new(
-            state.uri, -1, plan.assumed_text, plan.anchor, "", assumed_accepted=suggestion
-        )
-        self.stats.record_prefetch_started()
-        self._generations.queue(state.prefetch)
-
-    def _take_prefetch(self, state: DocumentState, taken: Generation) -> None:
-        """A request is served from the prefetch `taken`: from now on it is the document's generation."""
-        if state.prefetch is taken:
-            state.prefetch = None
-        self._documents.set_generation(state, taken)
-        self.stats.record_prefetch_taken()
-        if taken.done and not taken.failed:  # Tab after Tab (a running one prefetches when it ends)
-            self._prefetch(state, taken.doc_text, taken.anchor, taken.text)
-
-    def _drop_prefetch(self, state: DocumentState) -> None:
-        dropped, state.prefetch = state.prefetch, None
-        if dropped is not None:
-            self._generations.drop(dropped, EmptyReason.PREFETCH_DROPPED)
 
     # --- what follows a generation (`Generations` runs them) ---
 
@@ -306,93 +285,16 @@ class Scheduler:
             )  # fmt: skip
             state = self._documents.get(generation.uri)
             if state is not None and state.generation is generation:
-                self._prefetch(state, generation.doc_text, generation.anchor, generation.text)
+                self._prefetches.start(state, generation.doc_text, generation.anchor, generation.text)
         if generation.answered_short and not generation.failed and generation.text:
             self._on_grown(generation)  # the client may ask again, and get the whole suggestion at once
 
     def _cancel_everything(self) -> None:
         self._suggestions.clear()
-        for state in self._documents:
-            self._drop_prefetch(state)
-        running = [state.generation for state in self._documents if state.generation is not None]
-        for state in self._documents:
-            state.generation = None
-        self._generations.cancel_all(running, EmptyReason.RELOADED)
+        self._prefetches.drop_all()
+        self._generations.cancel_all(self._documents.take_generations(), EmptyReason.RELOADED)
 
-    # --- reports from the worker (`WorkerEvents`); a generation's own go to `Generations` ---
-
-    def generation_started(self) -> None:
-        self.stats.record_generation_started()
-
-    def generation_text(self, generation: Generation, text: str) -> None:
-        self._generations.stream(generation, text)
-
-    def generation_done(
-        self, generation: Generation, text: str, result: CompletionResult | None, error: str | None
-    ) -> None:
-        self._generations.done(generation, text, result, error)
-
-    def backend_loaded(self, info: BackendInfo | None, error: str | None, epoch: int) -> None:
-        if epoch != self._worker.load_epoch:  # a newer load superseded this one
-            return
-        self.info = info
-        if info is None:
-            self._set_state("error", f"model failed to load: {error}")
-            return
-        self._set_state("ready", f"{info.name} backend ready: {info.target}")
-        if self._last_uri is not None:  # a file opened while the model loaded
-            self._warm(self._last_uri, self._cursor(self._last_uri), WarmTrigger.OPEN)
-
-    def cancelled_to_idle(self, ms: float) -> None:
-        self.stats.record_cancel_to_idle(ms)
-
-    def cache_warmed(self, job: WarmJob, result: WarmResult) -> None:
-        self.stats.record_warm(job.reason, result.cached_tokens, result.prompt_tokens)
-        self._on_completion()  # a status update: "warming, x% cached"
-
-    # --- warming the cache (the triggers are `warmups`') ---
-
-    def _warm(self, uri: str, offset: int | None, trigger: WarmTrigger) -> None:
-        if not may_warm(self.policy, self.state == "ready"):
-            return
-        try:
-            version = self.store.get(uri).version
-        except UnknownDocumentError:
-            return
-        self._worker.warm(WarmJob(uri, version, offset, trigger))
-
-    def _schedule_idle_warm(self, state: DocumentState) -> None:
-        delay = idle_delay_s(self.policy)
-        if delay is None:
-            return
-        asked = state.requests
-
-        def when_idle() -> None:
-            current = self._documents.get(state.uri) is state
-            if idle_warm_due(state, asked, current=current, engine_busy=self._worker.busy):
-                self._warm(state.uri, state.cursor, WarmTrigger.IDLE)
-
-        asyncio.get_running_loop().call_later(delay, when_idle)
-
-    # --- small reads ---
-
-    def _set_state(self, state: BackendState, message: str) -> None:
-        self.state = state
-        self._on_state(state, message)
-
-    def _cursor(self, uri: str) -> int | None:
-        state = self._documents.get(uri)
-        return state.cursor if state is not None else None
-
-    def _text_of(self, uri: str) -> str | None:
-        try:
-            return self.store.get(uri).text
-        except UnknownDocumentError:
-            return None
-
-    def _typed_after(self, generation: Generation) -> str | None:
-        try:
-            document = self.store.get(generation.uri)
-        except UnknownDocumentError:
-            return None
-        return answers.typed_after(generation, document.text, document.version)
+    def _warm_last(self) -> None:
+        """The backend is ready: warm the document opened, asked in or pointed at while it loaded."""
+        if self._last_uri is not None:
+            self._backend.warm(self._last_uri, self._documents.cursor(self._last_uri), WarmTrigger.OPEN)

@@ -59,6 +59,23 @@ class DocumentStates:
         for other in holding[: max(0, len(holding) - self._keep_generations)]:
             other.generation = None
 
+    def cursor(self, uri: str) -> int | None:
+        state = self._states.get(uri)
+        return state.cursor if state is not None else None
+
+    def let_go_finished(self) -> None:
+        """Forget finished generations (their suggestions were made under settings that changed)."""
+        for state in self._states.values():
+            if state.generation is not None and state.generation.done:
+                state.generation = None
+
+    def take_generations(self) -> list[Generation]:
+        """Every document's latest generation, which the documents no longer hold."""
+        taken = list(self.generations())
+        for state in self._states.values():
+            state.generation = None
+        return taken
+
     def __iter__(self) -> Iterator[DocumentState]:
         return iter(list(self._states.values()))
 

@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from engine.api import (
@@ -28,6 +28,7 @@ from engine.api import (
     CompletionResult,
     EngineStats,
     FinishReason,
+    PromptCachingBackend,
     WarmingBackend,
     WarmResult,
 )
@@ -36,6 +37,7 @@ from lsp_server.context import CompletionContext, ContextSettings
 from lsp_server.documents import DocumentStore, OutOfSyncError, UnknownDocumentError
 from lsp_server.engine_request import engine_request, without_lone_surrogates
 from lsp_server.jobs import FairQueue, Generation, is_current
+from lsp_server.scheduling.budget import needs_smaller_prompt
 from lsp_server.scheduling.prefetch import untyped_rest
 from lsp_server.scheduling.reasons import EmptyReason, mode_none
 from lsp_server.scheduling.warmups import WarmTrigger, warm_offset
@@ -263,6 +265,7 @@ class EngineWorker:
                 generation.uri,
                 generation.anchor,
                 lambda: self._snapshot_for(generation),
+                keystroke=True,
             )
             if isinstance(prompt, str):  # stale (the client asks again) or no completion belongs here
                 finish: FinishReason = "cancelled" if prompt == EmptyReason.STALE_CONTEXT else "stop"
@@ -327,10 +330,13 @@ class EngineWorker:
         uri: str,
         offset: int | None,
         take_snapshot: Callable[[], DocumentStore | None],
+        *,
+        keystroke: bool = False,
     ) -> Prompt | str:
         """The one path from a job to its prompt, for generations and warm-ups alike: snapshot (under the
         store lock) → build the context from the copy → adopt the trees it parsed. Returns why not when the
-        document went stale or no completion belongs at the cursor. `offset` None: the cursor is unknown."""
+        document went stale or no completion belongs at the cursor. `offset` None: the cursor is unknown.
+        A `keystroke` (a generation, not a warm-up) gets a prompt it can read in time (`budget`)."""
         # The lock is held only to copy the documents: the prompt is built from the copy while the event
         # loop goes on applying edits (a slow prompt must never hold up a keystroke).
         with self._store_lock:
@@ -344,6 +350,13 @@ class EngineWorker:
         if offset is None:
             offset = warm_offset(snapshot.get(uri).text, settings.context.max_prompt_tokens, count)
         ctx = self._prompts.build_context(snapshot, uri, offset, info, settings.context, count)
+        if keystroke and isinstance(backend, PromptCachingBackend) and ctx.mode != "none":
+            # A prompt the engine cannot read before the next key is worth less than a shorter one it can.
+            cached, total = backend.prompt_tokens_cached(ctx.prompt)
+            smaller = needs_smaller_prompt(cached, total, info, settings.context.max_prompt_tokens)
+            if smaller is not None:
+                shorter = replace(settings.context, max_prompt_tokens=smaller)
+                ctx = self._prompts.build_context(snapshot, uri, offset, info, shorter, count)
         with self._store_lock:
             self._store.adopt_trees(snapshot)
         if ctx.mode == "none":
