@@ -11,6 +11,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.decoder import CausalDecoder
 
 VERIFY_WIDTHS = (1, 2, 4, 8, 16, 32)  # draft tokens k whose verify cost is measured
 DRAFT_RUN = 4  # draft steps timed together, as a typical draft runs them
@@ -24,6 +28,7 @@ class StepCosts:
     verify: tuple[float, ...]
     draft_step: float  # one draft-model forward
     step_s: float = 0.0  # the plain target step these costs are relative to, in seconds (0: not measured)
+    prompt_tokens_per_s: float = 0.0  # how fast the target reads a prompt (0: not measured)
 
     def __post_init__(self) -> None:
         if not self.widths or len(self.widths) != len(self.verify):
@@ -68,9 +73,11 @@ def measure_step_costs(
     repeats: int = 10,
     synchronize: Callable[[object], None] = lambda logits: None,
     clock: Callable[[], float] = time.perf_counter,
+    target_prefill: Callable[[list[int]], object] | None = None,
 ) -> StepCosts:
     """Time a plain step, verifies of every width in VERIFY_WIDTHS that fits the window, and a draft step.
 
+    With `target_prefill` (the decoder's prompt path), reading the context is timed too, once warmed up.
     Both decoders must start with an empty cache and are left empty. The widths are timed in turn, `repeats`
     rounds, and each keeps its fastest time: another process competing for the CPU only ever adds time, and
     taking turns spreads it over all widths alike. `synchronize` waits for an asynchronous device (a CUDA
@@ -91,6 +98,12 @@ def measure_step_costs(
         return elapsed / calls
 
     target_forward(context)
+    prompt_tokens_per_s = 0.0
+    if target_prefill is not None:
+        target_crop(0)
+        started = clock()
+        target_prefill(context)
+        prompt_tokens_per_s = context_tokens / max(clock() - started, 1e-9)
     fastest = {width: float("inf") for width in (1, *(k + 1 for k in widths))}
     draft_fastest = float("inf")
     if draft_forward is not None and draft_crop is not None:
@@ -109,10 +122,43 @@ def measure_step_costs(
     step = fastest[1]
     draft_step = draft_fastest / step if draft_fastest < float("inf") else 0.0
     if not widths:  # a window too small to measure: price verifies like plain steps
-        return StepCosts(widths=(1,), verify=(1.0,), draft_step=draft_step, step_s=step)
+        return StepCosts(
+            widths=(1,),
+            verify=(1.0,),
+            draft_step=draft_step,
+            step_s=step,
+            prompt_tokens_per_s=prompt_tokens_per_s,
+        )
     return StepCosts(
         widths=widths,
         verify=tuple(fastest[k + 1] / step for k in widths),
         draft_step=draft_step,
         step_s=step,
+        prompt_tokens_per_s=prompt_tokens_per_s,
+    )
+
+
+def time_decoders(
+    target: CausalDecoder,
+    draft: CausalDecoder | None = None,
+    *,
+    context_tokens: int = 256,
+    repeats: int = 10,
+    synchronize: Callable[[object], None] = lambda logits: None,
+) -> StepCosts:
+    """The one way to time decoders: empty both caches, then `measure_step_costs` over them (the engine at
+    load, and every benchmark that prices a step)."""
+    target.crop(0)
+    if draft is not None:
+        draft.crop(0)
+    return measure_step_costs(
+        target.forward,
+        target.crop,
+        draft.forward if draft is not None else None,
+        draft.crop if draft is not None else None,
+        window=target.max_length,
+        context_tokens=context_tokens,
+        repeats=repeats,
+        synchronize=synchronize,
+        target_prefill=getattr(target, "prefill", None),
     )

@@ -29,7 +29,7 @@ from engine.api import (
     WarmResult,
 )
 from engine.autoregressive import autoregressive_generate
-from engine.costs import StepCosts, measure_step_costs
+from engine.costs import StepCosts, time_decoders
 from engine.drafters.base import Drafter
 from engine.drafters.caps import CONFIDENCE_STOP, MAX_LENGTH
 from engine.drafters.hybrid import HybridDrafter
@@ -177,21 +177,36 @@ class LocalEngine:
     @torch.inference_mode()
     def _measure_step_costs(self) -> StepCosts:
         """Price wide verifies and draft steps once, so draft-length policies size drafts for this device."""
-        synchronize = (
-            (lambda logits: logits[-1, 0].item()) if self.pair.device.type == "cuda" else (lambda _: None)
-        )
-        self.target.crop(0)
-        draft = self.draft_decoder
-        if draft is not None:
-            draft.crop(0)
-        return measure_step_costs(
-            self.target.forward,
-            self.target.crop,
-            draft.forward if draft is not None else None,
-            draft.crop if draft is not None else None,
-            window=self.window,
-            synchronize=synchronize,
-        )
+        return self.time_steps(context_tokens=256, repeats=10)
+
+    def time_steps(self, *, context_tokens: int, repeats: int) -> StepCosts:
+        """Time the target's step, its verifies and the draft's step from empty caches (left empty), as at
+        load; benchmarks call this at their prompts' length."""
+        with torch.inference_mode():
+            return time_decoders(
+                self.target,
+                self.draft_decoder,
+                context_tokens=context_tokens,
+                repeats=repeats,
+                synchronize=self._synchronize_logits,
+            )
+
+    def reset_caches(self) -> None:
+        """Empty both KV caches: the next request reads its whole prompt (what a benchmark's cold call
+        measures). Greedy output never depends on it."""
+        with self._lock:
+            self.target.crop(0)
+            if self.draft_decoder is not None:
+                self.draft_decoder.crop(0)
+
+    def synchronize(self) -> None:
+        """Wait for the device's queued work (CUDA runs asynchronously), so a clock read after it is honest."""
+        if self.pair.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def _synchronize_logits(self, logits: object) -> None:
+        if self.pair.device.type == "cuda" and isinstance(logits, torch.Tensor):
+            logits[-1, 0].item()
 
     def info(self) -> BackendInfo:
         return BackendInfo(
@@ -206,6 +221,8 @@ class LocalEngine:
             + (f"; draft: {self.draft_runtime.describe()}" if self.draft_runtime is not None else ""),
             prompt_shape=self.prompt_shape,
             memory=dict(self.memory),
+            prompt_tokens_per_s=self.step_costs.prompt_tokens_per_s,
+            step_s=self.step_costs.step_s,
         )
 
     def encode(self, text: str) -> list[int]:
@@ -217,6 +234,12 @@ class LocalEngine:
 
     def count_tokens(self, text: str) -> int:
         return len(self.encode(text))
+
+    def prompt_tokens_cached(self, prompt: str) -> tuple[int, int]:
+        """(tokens of `prompt` the target's cache already holds, tokens of `prompt`): what a request for it
+        would have to read. A peek from another thread may see a cache being changed; it is only a hint."""
+        prompt_ids = self.encode(prompt)
+        return common_prefix_length(self.target.cached_tokens, prompt_ids), len(prompt_ids)
 
     def complete(
         self,
