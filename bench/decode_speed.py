@@ -91,7 +91,10 @@ class Run:
 
 
 class Engines:
-    """Loads each engine once; `decoders[name]` is a `CausalDecoder`, `matmuls[name]` times its matmuls."""
+    """Loads each engine once through the engine's own assembly (`engine.runtime`), each at the precision its
+    name asks for; `decoders[name]` is a `CausalDecoder`, `matmuls[name]` times its matmuls. The draft model
+    runs in the dtype the engine picks for this target (`engine.models.choose_dtype`), one decoder per weight
+    precision, each built as the server builds a draft (`build_draft_decoder`)."""
 
     def __init__(
         self,
@@ -105,51 +108,45 @@ class Engines:
         import torch
         from transformers import AutoModelForCausalLM
 
-        from engine.lean import LeanLlamaDecoder
+        from engine.models import choose_dtype, cpu_bf16_support, torch_dtype
+        from engine.runtime import build_draft_decoder, build_target_decoder
 
         self.decoders: dict[str, CausalDecoder] = {}
         self.matmuls: dict[str, Callable[[int], None]] = {}
         self.rss_added_mb: dict[str, float] = {}
         models: dict[torch.dtype, Any] = {}
+
+        def model_in(dtype: torch.dtype) -> Any:
+            if dtype not in models:
+                models[dtype] = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).eval()
+            return models[dtype]
+
         for name in names:
             before = process_memory_mb() or 0.0
-            if name == "llama.cpp":
-                from engine.llama_cpp_decoder import LlamaCppDecoder, find_gguf
-
-                gguf = find_gguf(folder)
-                if gguf is None:
-                    raise FileNotFoundError(f"no .gguf file in {folder} for the llama.cpp engine")
-                self.decoders[name] = LlamaCppDecoder(gguf, window, threads=threads)
-            else:
-                precision = name.removeprefix("lean-")
-                # W8A8 is the engine for CPUs without native bf16: its activations are fp32 there.
-                dtype = torch.float32 if precision in ("fp32", "w8a8") else torch.bfloat16
-                if dtype not in models:
-                    models[dtype] = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).eval()
-                quantization = precision if precision in ("int8", "int4", "w8a8") else "none"
-                decoder = LeanLlamaDecoder(models[dtype], window, quantization)  # type: ignore[arg-type]
-                self.decoders[name] = decoder
+            precision = name.removeprefix("lean-")
+            # W8A8 is the engine for CPUs without native bf16: its activations are fp32 there. llama.cpp reads
+            # its GGUF; the model only checks the vocabulary.
+            fp32 = precision in ("fp32", "w8a8") or name == "llama.cpp"
+            model = model_in(torch.float32 if fp32 else torch.bfloat16)
+            runtime = "llama.cpp" if name == "llama.cpp" else "torch"
+            quantization = precision if precision in ("int8", "int4", "w8a8") else "none"
+            decoder, _ = build_target_decoder(
+                model, str(folder), window, runtime=runtime, quantization=quantization, threads=threads
+            )
+            self.decoders[name] = decoder
+            if runtime == "torch":
                 self.matmuls[name] = _matmul_runner(decoder)
             self.rss_added_mb[name] = (process_memory_mb() or 0.0) - before
+        params = next(iter(models.values())).num_parameters() if models else None
         models.clear()
-        # The draft model in bf16 where the CPU computes it natively, else fp32 (what `auto` picks), one
-        # decoder per weight precision.
-        from engine.models import cpu_bf16_support
 
         self.drafts: dict[str, CausalDecoder] = {}
         if draft is not None:
-            native = cpu_bf16_support()[0]
-            draft_dtype = torch.bfloat16 if native else torch.float32
-            draft_model = AutoModelForCausalLM.from_pretrained(draft, dtype=draft_dtype).eval()
+            dtype_name, _ = choose_dtype("auto", "cpu", params, cpu_bf16_support())
+            draft_model = AutoModelForCausalLM.from_pretrained(draft, dtype=torch_dtype(dtype_name)).eval()
             for quantization in draft_quantizations:
-                label = ("bf16" if native else "fp32") if quantization == "none" else quantization
-                # As the server builds a draft: quantized steps, full-precision prompt reading.
-                self.drafts[label] = LeanLlamaDecoder(
-                    draft_model,  # type: ignore[arg-type]
-                    window,
-                    quantization,  # type: ignore[arg-type]
-                    dense_for_many=quantization != "none",
-                )
+                label = dtype_name if quantization == "none" else quantization
+                self.drafts[label], _ = build_draft_decoder(draft_model, window, quantization=quantization)
 
 
 def _matmul_runner(decoder: Any) -> Callable[[int], None]:
@@ -198,20 +195,10 @@ def step_profile(
 
 
 def step_costs_of(decoder: CausalDecoder, draft: CausalDecoder | None, context: int) -> StepCosts:
-    from engine.costs import measure_step_costs
+    """Timed as the engine times its decoders at load (`engine.costs.time_decoders`)."""
+    from engine.costs import time_decoders
 
-    decoder.crop(0)
-    if draft is not None:
-        draft.crop(0)
-    return measure_step_costs(
-        decoder.forward,
-        decoder.crop,
-        draft.forward if draft is not None else None,
-        draft.crop if draft is not None else None,
-        window=decoder.max_length,
-        context_tokens=context,
-        repeats=5,
-    )
+    return time_decoders(decoder, draft, context_tokens=context, repeats=5)
 
 
 def prefill_tokens(count: int) -> list[int]:

@@ -190,10 +190,10 @@ def run_draft_length(config: DraftLengthConfig, progress: bool = True) -> dict[s
             draft_policy=policy,
             draft_confidence_stop=0.0 if name == NO_CONFIDENCE_STOP else None,
         )
-        runner._sync()
+        runner.sync()
         start = time.perf_counter()
         result = engine.complete(request)
-        runner._sync()
+        runner.sync()
         wall = time.perf_counter() - start
         return {
             "policy": name,

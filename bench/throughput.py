@@ -148,7 +148,7 @@ class MethodRunner:
         engine_method = method not in PEER_METHODS and method not in LLAMA_METHODS
         if engine_method:
             self.reset_caches(prompt, limit)
-        self._sync()
+        self.sync()
         start = time.perf_counter()
         if method in PEER_METHODS:
             token_ids, stats = self._run_hf(method, prompt, limit)
@@ -157,7 +157,7 @@ class MethodRunner:
             token_ids, stats = self.peers[method].complete(ids, limit, not self.config.stop_at_eos)
         else:
             token_ids, stats = self._run_engine(method, prompt, limit)
-        self._sync()
+        self.sync()
         wall = time.perf_counter() - start
         if self.config.stop_at_eos:  # transformers and llama-server keep the EOS token; the engine does not
             while token_ids and token_ids[-1] in self.eos_ids:
@@ -186,9 +186,7 @@ class MethodRunner:
     def reset_caches(self, prompt: BenchPrompt, limit: int) -> None:
         """Empty caches, so no method profits from what another left behind; with `warm_prompt`, then the
         prompt read into both, untimed, as the server's idle warm-up does."""
-        self.engine.target.crop(0)
-        if self.engine.draft_decoder is not None:
-            self.engine.draft_decoder.crop(0)
+        self.engine.reset_caches()
         if self.config.warm_prompt:
             self.engine.warm(self._request(prompt, limit, "hybrid"))
 
@@ -211,9 +209,8 @@ class MethodRunner:
             )
         return out[0, ids.shape[1] :].tolist(), {}
 
-    def _sync(self) -> None:
-        if self.pair.device.type == "cuda":
-            self.torch.cuda.synchronize()
+    def sync(self) -> None:
+        self.engine.synchronize()
 
 
 def _timed(fn: Callable[[], object], repeats: int, sync: Callable[[], None]) -> float:
@@ -232,27 +229,13 @@ def _timed(fn: Callable[[], object], repeats: int, sync: Callable[[], None]) -> 
 def measure_step_costs(runner: MethodRunner, prompt: BenchPrompt, repeats: int = 20) -> dict[str, Any]:
     """Target step, draft step and verify widths as the engine times them (`engine.costs.measure_step_costs`,
     at this prompt's length), and what the copying drafters take to propose, at a real prompt."""
-    from engine.costs import measure_step_costs as engine_step_costs
     from engine.drafters.lookup import PromptLookupDrafter
     from engine.drafters.suffix import SuffixDrafter
 
     engine = runner.engine
     ids = runner.prompt_ids(prompt)
-    target, draft = engine.target, engine.draft_decoder
-    with runner.torch.inference_mode():
-        for decoder in (target, draft):
-            if decoder is not None:
-                decoder.crop(0)
-        costs = engine_step_costs(
-            target.forward,
-            target.crop,
-            draft.forward if draft is not None else None,
-            draft.crop if draft is not None else None,
-            window=target.max_length,
-            context_tokens=len(ids),
-            repeats=repeats,
-            synchronize=lambda logits: runner._sync(),
-        )
+    draft = engine.draft_decoder
+    costs = engine.time_steps(context_tokens=len(ids), repeats=repeats)
     target_step = costs.step_s
     lookup = PromptLookupDrafter([engine.encode(s) for s in prompt.context.lookup_snippets if s])
     suffix = SuffixDrafter(engine.encode(prompt.context.suffix))
@@ -260,7 +243,7 @@ def measure_step_costs(runner: MethodRunner, prompt: BenchPrompt, repeats: int =
     drafters: tuple[tuple[str, Drafter], ...] = (("lookup", lookup), ("suffix", suffix))
     for name, drafter in drafters:
         proposed = max(1, len(drafter.propose(ids, 16).token_ids))
-        copy_costs[name] = _timed(partial(drafter.propose, ids, 16), repeats, runner._sync) / proposed
+        copy_costs[name] = _timed(partial(drafter.propose, ids, 16), repeats, runner.sync) / proposed
     return {
         "target_step_s": target_step,
         "draft_step_s": costs.draft_step * target_step if draft is not None else None,
