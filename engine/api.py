@@ -224,6 +224,9 @@ class BackendInfo:
     # What the loaded models cost, in MB (`engine.service.model_memory`): "weights_mb", "kv_cache_mb",
     # "rss_added_by_load_mb"; empty for backends that hold no weights in this process.
     memory: dict[str, float | None] = field(default_factory=dict)
+    # Measured at load (`engine.costs.measure_step_costs`); 0 where nothing was measured (remote, fake).
+    prompt_tokens_per_s: float = 0.0
+    step_s: float = 0.0  # one plain decode step of the target
 
 
 def refuse_forced_prefix(request: CompletionRequest, backend: str) -> None:
@@ -256,6 +259,16 @@ class WarmResult:
 
     cached_tokens: int
     prompt_tokens: int
+
+
+@runtime_checkable
+class PromptCachingBackend(Protocol):
+    """A backend that can say how much of a prompt its cache already holds, so the server can choose a
+    prompt it can read before the next key (`lsp_server.scheduling.budget`)."""
+
+    def prompt_tokens_cached(self, prompt: str) -> tuple[int, int]:
+        """(tokens of `prompt` already cached, tokens of `prompt`)."""
+        ...
 
 
 @runtime_checkable

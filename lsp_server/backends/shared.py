@@ -35,6 +35,7 @@ from engine.api import (
     CompletionResult,
     EngineStats,
     OnText,
+    PromptCachingBackend,
     cut_at_stop,
 )
 from lsp_server.config import ServerSettings
@@ -209,6 +210,12 @@ class _SessionBackend:
 
     def count_tokens(self, text: str) -> int:
         return self._backend.count_tokens(text)
+
+    def prompt_tokens_cached(self, prompt: str) -> tuple[int, int]:
+        """The shared cache's hint (another session may change it before this one's turn)."""
+        if isinstance(self._backend, PromptCachingBackend):
+            return self._backend.prompt_tokens_cached(prompt)
+        return 0, self._backend.count_tokens(prompt)
 
     def complete(
         self, request: CompletionRequest, *, on_text: OnText | None = None, cancel: CancelToken | None = None

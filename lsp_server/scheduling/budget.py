@@ -1,0 +1,54 @@
+"""The keystroke budget, as pure arithmetic: how much prompt a request can afford to read.
+
+A suggestion is worth something only if it arrives before the user has typed past it. On a CPU that reads
+prompts at ~100-200 tokens/s (a laptop without native bf16), the configured prompt (`contextTokens`, 1,536
+by default) takes 8-15 s to read from scratch, so the first suggestion in a just-opened file would come long
+after the user moved on. The engine measures its own prompt speed and step at load (`BackendInfo`); from
+those, a request whose prompt is mostly not in the cache gets a smaller one, what it can read and still
+write a first line within FIRST_SUGGESTION_S. A prompt that is mostly cached (the user typing on, a warm-up
+that finished) keeps its full size: its uncached part is a few tokens. Where the engine measured nothing
+(remote and fake backends) the setting alone decides.
+"""
+
+from __future__ import annotations
+
+from engine.api import BackendInfo
+
+FIRST_SUGGESTION_S = 1.5  # the first suggestion in a just-opened file, from request to ghost text
+FIRST_LINE_TOKENS = 12  # tokens of a typical first line of code, generated after the prompt is read
+MIN_PROMPT_TOKENS = 128  # below this the model sees too little of the file to be right
+
+
+def reading_s(uncached_tokens: int, info: BackendInfo) -> float | None:
+    """Seconds to read `uncached_tokens` of prompt; None where the prompt speed was not measured."""
+    if info.prompt_tokens_per_s <= 0:
+        return None
+    return uncached_tokens / info.prompt_tokens_per_s
+
+
+def affordable_prompt_tokens(info: BackendInfo, configured: int, seconds: float = FIRST_SUGGESTION_S) -> int:
+    """The longest prompt a request can read from scratch and still write a first line within `seconds`,
+    within the configured budget and never below MIN_PROMPT_TOKENS (or the configured budget, if smaller)."""
+    if info.prompt_tokens_per_s <= 0:
+        return configured
+    left_for_reading = seconds - FIRST_LINE_TOKENS * info.step_s
+    affordable = int(info.prompt_tokens_per_s * max(0.0, left_for_reading))
+    return max(min(configured, MIN_PROMPT_TOKENS), min(configured, affordable))
+
+
+def needs_smaller_prompt(
+    cached_tokens: int,
+    prompt_tokens: int,
+    info: BackendInfo,
+    configured: int,
+    seconds: float = FIRST_SUGGESTION_S,
+) -> int | None:
+    """The smaller prompt budget a request should use instead of `configured`, or None to keep its prompt:
+    None when the part of it not yet cached can be read in time (or the speed is unknown)."""
+    affordable = affordable_prompt_tokens(info, configured, seconds)
+    if affordable >= configured:
+        return None
+    uncached = reading_s(prompt_tokens - cached_tokens, info)
+    if uncached is None or uncached + FIRST_LINE_TOKENS * info.step_s <= seconds:
+        return None
+    return affordable

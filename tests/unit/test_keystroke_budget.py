@@ -1,0 +1,72 @@
+"""The keystroke budget (`lsp_server.scheduling.budget`): a request gets a prompt it can read before the next
+key, table-tested without threads, and the prompt's start survives the worker's snapshot."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.api import BackendInfo
+from lsp_server.scheduling.budget import (
+    FIRST_LINE_TOKENS,
+    MIN_PROMPT_TOKENS,
+    affordable_prompt_tokens,
+    needs_smaller_prompt,
+)
+
+
+def info(prompt_tokens_per_s: float, step_s: float) -> BackendInfo:
+    return BackendInfo(
+        "local", "t", None, (), 8192, "cpu", prompt_tokens_per_s=prompt_tokens_per_s, step_s=step_s
+    )
+
+
+LAPTOP = info(150, 0.05)  # an AVX2 laptop in W8A8: 150 prompt tokens/s, 50 ms a step
+AMX = info(650, 0.045)  # a Xeon with AMX in bf16
+REMOTE = info(0, 0)  # nothing measured
+
+
+@pytest.mark.parametrize(
+    ("backend", "configured", "expected"),
+    [
+        (LAPTOP, 1536, int(150 * (1.5 - FIRST_LINE_TOKENS * 0.05))),  # 135: reads ~0.9 s, writes ~0.6 s
+        (AMX, 1536, int(650 * (1.5 - FIRST_LINE_TOKENS * 0.045))),  # 623
+        (AMX, 384, 384),  # never more than configured
+        (info(40, 0.2), 1536, MIN_PROMPT_TOKENS),  # too slow for any useful prompt: the floor
+        (info(40, 0.2), 64, 64),  # a configured budget under the floor stays
+        (REMOTE, 1536, 1536),  # unmeasured: the setting decides
+    ],
+)
+def test_affordable_prompt_tokens(backend: BackendInfo, configured: int, expected: int) -> None:
+    assert affordable_prompt_tokens(backend, configured) == expected
+
+
+@pytest.mark.parametrize(
+    ("cached", "total", "backend", "expected"),
+    [
+        (0, 1500, LAPTOP, 135),  # a just-opened file: 10 s to read, so a prompt readable in time
+        (1490, 1500, LAPTOP, None),  # typing on: 10 new tokens
+        (1400, 1500, LAPTOP, None),  # 100 new tokens: 0.67 s + 0.6 s first line fits 1.5 s
+        (1300, 1500, LAPTOP, 135),  # 200 new tokens: 1.3 s + 0.6 s does not
+        (0, 120, LAPTOP, None),  # a small file fits whole
+        (0, 1500, AMX, affordable_prompt_tokens(AMX, 1536)),
+        (900, 1500, AMX, None),
+        (0, 1500, REMOTE, None),
+    ],
+)
+def test_a_request_keeps_its_prompt_only_if_it_can_read_the_rest_in_time(
+    cached: int, total: int, backend: BackendInfo, expected: int | None
+) -> None:
+    assert needs_smaller_prompt(cached, total, backend, 1536) == expected
+
+
+def test_the_prompt_start_a_snapshot_chose_is_kept_by_the_store() -> None:
+    """The builder runs on a copy of the documents; where its prompt started must come back, or every
+    prompt in a long file starts somewhere new and the cached prefix is lost."""
+    from lsp_server.documents import DocumentStore
+
+    store = DocumentStore()
+    store.open("file:///a.py", "python", 1, "x = 1\n" * 50)
+    snapshot = store.snapshot()
+    snapshot.get("file:///a.py").prompt_start_line = 17
+    store.adopt_trees(snapshot)
+    assert store.get("file:///a.py").prompt_start_line == 17
