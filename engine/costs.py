@@ -11,10 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from engine.decoder import CausalDecoder
+from typing import Protocol
 
 VERIFY_WIDTHS = (1, 2, 4, 8, 16, 32)  # draft tokens k whose verify cost is measured
 DRAFT_RUN = 4  # draft steps timed together, as a typical draft runs them
@@ -138,9 +135,21 @@ def measure_step_costs(
     )
 
 
+class TimedDecoder(Protocol):
+    """What timing needs of a decoder (`engine.decoder.CausalDecoder` has it; importing that here would
+    close a loop through `engine.api`)."""
+
+    @property
+    def max_length(self) -> int: ...
+
+    def forward(self, token_ids: list[int]) -> object: ...
+
+    def crop(self, length: int) -> None: ...
+
+
 def time_decoders(
-    target: CausalDecoder,
-    draft: CausalDecoder | None = None,
+    target: TimedDecoder,
+    draft: TimedDecoder | None = None,
     *,
     context_tokens: int = 256,
     repeats: int = 10,
