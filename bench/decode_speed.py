@@ -27,16 +27,19 @@ llama-server rows run the same GGUF on the same prompt token ids over HTTP (`/co
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.cli_args import add_output_arguments, lengths, names, positive, print_paths, results_tag
 from bench.metrics import markdown_table, median, repetition_share, write_result_files
 from bench.prompts import build_prompts, held_out_files
 from engine.costs import StepCosts
@@ -645,7 +648,7 @@ def markdown_report(result: dict[str, Any]) -> str:
         f"torch {env['torch']}. Target {env['target']}; {len(result['prompts'])} held-out prompts "
         f"(median {statistics.median(p['prompt_tokens'] for p in result['prompts']):.0f} tokens), greedy, "
         f"at most {config['max_new_tokens']} new tokens, stopping at EOS; every call starts from an empty cache "
-        "and is timed with its prefill. Produced by `python -m bench.decode_speed`.\n",
+        "and is timed with its prefill. Produced by `specls bench decode-speed`.\n",
         "\n## Where a step goes, what a verify costs, what quantization loses\n",
         "Step times are the fastest of the engine's own timer (`engine.costs.measure_step_costs`) at the median prompt length (at most half the window), matmul times the fastest of 8; verify cost v(k) is a forward "
         "over k + 1 positions in plain steps. Loss: cross-entropy (nats) on "
@@ -781,48 +784,49 @@ def plot(result: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
+# --- `specls bench decode-speed` ---
 
-    parser = argparse.ArgumentParser(prog="python -m bench.decode_speed", description=__doc__.split("\n")[0])
+NAME = "decode-speed"
+HELP = "one real model on every local runtime side by side, against llama-server"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", required=True, help="Hugging Face folder with the model's GGUF beside it")
-    parser.add_argument("--prompts", type=int, default=8)
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--prompts", type=positive, default=8, help="held-out prompts (default: 8)")
+    parser.add_argument("--max-new-tokens", type=positive, default=64, help="per prompt (default: 64)")
+    parser.add_argument("--threads", type=positive, default=1, help="torch CPU threads (default: 1)")
     parser.add_argument(
-        "--engines", default=",".join(ENGINES), help=f"comma-separated subset of {', '.join(ENGINES)}"
+        "--engines", type=names, default=ENGINES, help=f"comma-separated subset of {', '.join(ENGINES)}"
     )
-    parser.add_argument("--no-llama-server", action="store_true")
+    parser.add_argument("--no-llama-server", action="store_true", help="no llama-server rows")
     parser.add_argument("--draft", help="draft model folder (same tokenizer): adds model-drafted methods")
-    parser.add_argument("--draft-quantizations", default="none,int8,int4", help="draft weight precisions")
-    parser.add_argument("--prefill-lengths", default="500,1000,2000", help="prompt lengths timed for prefill")
-    parser.add_argument("--window", type=int, default=2048)
-    parser.add_argument("--out", type=Path, default=Path("bench/results"))
-    parser.add_argument("--tag", default="cpu")
-    args = parser.parse_args(argv)
-    engines = tuple(name for name in args.engines.split(",") if name)
-    unknown = [name for name in engines if name not in ENGINES]
+    parser.add_argument(
+        "--draft-quantizations", type=names, default=("none", "int8", "int4"), help="draft weight precisions"
+    )
+    parser.add_argument(
+        "--prefill-lengths", type=lengths, default=(500, 1000, 2000), help="prompt lengths timed for prefill"
+    )
+    parser.add_argument("--window", type=positive, default=2048, help="KV cache positions (default: 2048)")
+    add_output_arguments(parser, quiet=False)
+
+
+def command(args: argparse.Namespace) -> int:
+    unknown = [name for name in args.engines if name not in ENGINES]
     if unknown:
-        parser.error(f"unknown engines {unknown}; choose from {', '.join(ENGINES)}")
+        print(f"specls bench: unknown engines {unknown}; choose from {', '.join(ENGINES)}", file=sys.stderr)
+        return 2
     config = DecodeSpeedConfig(
         target=args.target,
         prompts=args.prompts,
         max_new_tokens=args.max_new_tokens,
         threads=args.threads,
-        engines=engines,
+        engines=args.engines,
         llama_server=not args.no_llama_server,
         window=args.window,
         draft=args.draft,
-        draft_quantizations=tuple(q for q in args.draft_quantizations.split(",") if q),
-        prefill_lengths=tuple(int(n) for n in args.prefill_lengths.split(",") if n),
+        draft_quantizations=args.draft_quantizations,
+        prefill_lengths=args.prefill_lengths,
         out=args.out,
-        tag=args.tag,
+        tag=results_tag(args),
     )
-    result = run_decode_speed(config)
-    for written in write_report(result, args.out, args.tag):
-        print(written)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return print_paths(write_report(run_decode_speed(config), config.out, config.tag))

@@ -11,6 +11,7 @@ policy, and the report says if one did.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from collections import defaultdict
@@ -19,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.cli_args import add_engine_arguments, lengths, positive, print_paths, results_tag
 from bench.metrics import markdown_table, median, write_result_files
 from bench.prompts import BenchPrompt, build_prompts
 from bench.throughput import MethodRunner, ThroughputConfig, environment
@@ -402,3 +404,55 @@ def markdown_report(result: dict[str, Any]) -> str:
             )
         )
     return "".join(parts)
+
+
+# --- `specls bench draft-length` ---
+
+NAME = "draft-length"
+HELP = "learned vs fixed draft lengths; acceptance per syntax context"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prompts", type=positive, default=8, help="held-out prompts (default: 8)")
+    parser.add_argument("--max-new-tokens", type=positive, default=128, help="per prompt (default: 128)")
+    parser.add_argument("--repeats", type=positive, default=1, help="runs per prompt and policy")
+    parser.add_argument(
+        "--drafter",
+        default="hybrid",
+        choices=("model", "lookup", "suffix", "hybrid"),
+        help="the drafter every policy sizes (default: hybrid, the server's)",
+    )
+    parser.add_argument("--stop-at-eos", action="store_true", help="stop at end-of-text (default: ignore)")
+    parser.add_argument(
+        "--warm-prompt",
+        action="store_true",
+        help="read each prompt into the target and draft model first, untimed, as the server's idle "
+        "warm-up does (default: cold, prefill timed)",
+    )
+    parser.add_argument(
+        "--fixed-lengths",
+        type=lengths,
+        help="the fixed draft lengths compared, comma-separated (default: 2,4,8,16,32)",
+    )
+    add_engine_arguments(parser)
+
+
+def command(args: argparse.Namespace) -> int:
+    config = DraftLengthConfig(
+        prompts=args.prompts,
+        max_new_tokens=args.max_new_tokens,
+        drafter=args.drafter,
+        target=args.target,
+        draft=args.draft,
+        device=args.device,
+        dtype=args.dtype,
+        threads=args.threads,
+        repeats=args.repeats,
+        stop_at_eos=args.stop_at_eos,
+        fixed_lengths=args.fixed_lengths or FIXED_LENGTHS,
+        warm_prompt=args.warm_prompt,
+        out=args.out,
+        tag=results_tag(args),
+    )
+    result = run_draft_length(config, progress=not args.quiet)
+    return print_paths(write_report(result, config.out, config.tag))

@@ -22,6 +22,7 @@ Sets: `single-line` (1,033 tasks; one line of a body, what an editor asks at a l
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import os
@@ -35,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.cli_args import add_scoring_arguments, positive, print_paths, scoring_fields
 from bench.lines import describe_cpu, server_settings, suggest
 from bench.metrics import code_cell, markdown_table, median, model_name, percent, write_result_files
 
@@ -270,3 +272,30 @@ def _percent(value: float | None) -> str:
 def write_report(result: dict[str, Any], out: Path, tag: str) -> list[Path]:
     name = f"infill-{result['config']['task_set']}-{tag}"
     return write_result_files(out / name, result, markdown_report(result), None)
+
+
+# --- `specls bench infill` ---
+
+NAME = "infill"
+HELP = "HumanEval infilling: pass@1 and exact match, through the server"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--set", dest="task_set", choices=("single-line", "multi-line"), default="single-line"
+    )
+    parser.add_argument("--tasks", type=positive, default=120, help="tasks, evenly spread (default: 120)")
+    add_scoring_arguments(parser)
+
+
+def command(args: argparse.Namespace) -> int:
+    scoring = scoring_fields(args)
+    if scoring is None:
+        return 2
+    config = InfillConfig(
+        task_set=args.task_set,
+        tasks=args.tasks,
+        prompt_shapes=tuple(args.prompt_shapes or ["auto"]),
+        **scoring,
+    )
+    return print_paths(write_report(run_infill(config), config.out, config.tag))

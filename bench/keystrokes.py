@@ -21,11 +21,16 @@ import os
 import random
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.metrics import percentile, write_result_files
+
+if TYPE_CHECKING:
+    from lsp_server.app.demo.measures import Asker, OpenProbe
+    from lsp_server.app.demo.replay import Editor, KeyEvent
 
 URI_ROOT = "file:///bench"
 
@@ -54,6 +59,7 @@ class KeystrokeConfig:
     out: Path = Path("bench/results")
     tag: str = "cpu"
     timeout_s: float = 300  # for loading the model and for the last answer of each file
+    peer: str | None = None  # "llama-server": the same typing, in the same run, into a llama.vim-style client
 
 
 @dataclass
@@ -135,71 +141,110 @@ def probe_files(config: KeystrokeConfig, skip: int) -> list[tuple[str, str, int]
     return found
 
 
-async def run_keystrokes_async(config: KeystrokeConfig, progress: bool = True) -> dict[str, Any]:
+async def type_regions(
+    make_editor: Callable[[Region], Editor], regions: list[Region], config: KeystrokeConfig, progress: bool
+) -> list[tuple[Region, list[KeyEvent]]]:
+    """The typist of every row: each region typed into the editor `make_editor` gives for it."""
     from tqdm import tqdm
 
+    from lsp_server.app.demo.replay import Replay
+
+    rng = random.Random(config.seed)
+    typed: list[tuple[Region, list[KeyEvent]]] = []
+    total = sum(len(r.text[r.start : r.end]) for r in regions)
+    with tqdm(total=total, desc="characters", unit="char", disable=not progress) as bar:
+        for region in regions:
+            replay = Replay(
+                make_editor(region),
+                region.text,
+                cadence_of(config),
+                start=region.start,
+                end=region.end,
+                rng=rng,
+                accept=config.accept,
+            )
+            events = await replay.run()
+            bar.update(region.end - region.start)
+            typed.append((region, events))
+    return typed
+
+
+async def probe_opening(
+    asker: Asker, probes: list[tuple[str, str, int]], config: KeystrokeConfig
+) -> list[OpenProbe]:
+    """Open each probe file, wait (every other one) `probe_pause_s`, time the first suggestion."""
+    from lsp_server.app.demo.measures import probe_after_open
+
+    opened = []
+    for number, (name, text, offset) in enumerate(probes):
+        pause = config.probe_pause_s if number % 2 else 0.0
+        uri = f"{URI_ROOT}/probe/{number}/{name.lstrip('/')}"
+        opened.append(await probe_after_open(asker, name, uri, text, offset, "python", pause))
+    return opened
+
+
+def row_measures(typed: list[tuple[Region, list[KeyEvent]]], opened: list[OpenProbe]) -> dict[str, Any]:
+    """What the user got: the same measures for every row."""
+    from lsp_server.app.demo.measures import Typed, probe_measures, user_measures
+
+    summary = user_measures([Typed(events, region.end - region.start) for region, events in typed])
+    summary["open_to_first_suggestion_ms"] = probe_measures(opened)
+    return summary
+
+
+def keystroke_records(typed: list[tuple[Region, list[KeyEvent]]]) -> list[dict[str, Any]]:
+    return [
+        asdict(event) | {"file": region.name, "latency_ms": event.latency_ms}
+        for region, events in typed
+        for event in events
+    ]
+
+
+async def run_keystrokes_async(config: KeystrokeConfig, progress: bool = True) -> dict[str, Any]:
+    from engine.hardware import cpu_class
     from lsp_server.app.demo.client import ServerSession
-    from lsp_server.app.demo.measures import OpenProbe, Typed, probe_after_open
-    from lsp_server.app.demo.replay import KeyEvent, Replay
+    from lsp_server.app.demo.replay import LspEditor
 
     regions = default_regions(config)
     if not regions:
         raise RuntimeError("no files to replay")
-    probes = probe_files(config, skip=len(regions)) if not config.files and config.probes else []
+    # Probe files are held-out stdlib files after the replayed ones (with --file: from the first one).
+    probes = probe_files(config, skip=0 if config.files else len(regions)) if config.probes else []
     config.out.mkdir(parents=True, exist_ok=True)
     log_file = Path(tempfile.gettempdir()) / f"specls-bench-keystrokes-{config.tag}.log"  # warnings only
     session = ServerSession("specls-bench")
-    rng = random.Random(config.seed)
     load_before = os.getloadavg()
-    typed: list[tuple[Region, list[KeyEvent]]] = []
-    opened: list[OpenProbe] = []
     try:
         env = {"OMP_NUM_THREADS": str(config.threads)} if config.threads else {}
         await session.start(
             serve_args(config, log_file), env=env, initialization_options=config.settings or None
         )
         await session.wait_ready(config.timeout_s)
-        before = await session.stats()
-        for number, (name, text, offset) in enumerate(probes):
-            pause = config.probe_pause_s if number % 2 else 0.0
-            uri = f"{URI_ROOT}/probe/{number}/{name.lstrip('/')}"
-            opened.append(await probe_after_open(session, name, uri, text, offset, "python", pause))
-        total = sum(len(r.text[r.start : r.end]) for r in regions)
-        with tqdm(total=total, desc="characters", unit="char", disable=not progress) as bar:
-            for region in regions:
-                replay = Replay(
-                    session,
-                    region.text,
-                    f"{URI_ROOT}/{region.name.lstrip('/')}",
-                    "python",
-                    cadence_of(config),
-                    start=region.start,
-                    end=region.end,
-                    rng=rng,
-                    accept=config.accept,
-                    poll_stats=False,
-                )
-                events = await replay.run()
-                bar.update(region.end - region.start)
-                typed.append((region, events))
+        opened = await probe_opening(session, probes, config)
+        before = await session.stats()  # the server's counters over the typing alone
+
+        def lsp_editor(region: Region) -> Editor:
+            return LspEditor(session, f"{URI_ROOT}/{region.name.lstrip('/')}", "python", poll_stats=False)
+
+        typed = await type_regions(lsp_editor, regions, config, progress)
         await asyncio.sleep(0.5)  # let the last cancel->idle record arrive
         after = await session.stats()
     finally:
         await session.stop()
-    from lsp_server.app.demo.measures import probe_measures, user_measures
-
-    summary = user_measures([Typed(events, region.end - region.start) for region, events in typed])
-    summary["open_to_first_suggestion_ms"] = probe_measures(opened)
+    load_after = os.getloadavg()
+    summary = row_measures(typed, opened)
     summary["server"] = server_deltas(before, after)
     summary["wasted_tokens"] = wasted_tokens(
         config, typed, summary["server"]["generated_tokens"], summary["server"]["respelled_tokens"]
     )
-    return {
+    result: dict[str, Any] = {
         "benchmark": "keystrokes",
         "config": {**asdict(config), "out": str(config.out), "files": [str(p) for p in config.files]},
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         # The machine's 1-minute load average when the run started and ended (what else was running).
-        "load_average": {"start": load_before[0], "end": os.getloadavg()[0], "cpus": os.cpu_count()},
+        "load_average": {"start": load_before[0], "end": load_after[0], "cpus": os.cpu_count()},
+        "cpu_class": cpu_class(),
+        "cpu_environment": {name: os.environ[name] for name in ISA_VARIABLES if name in os.environ},
         "regions": [{"name": r.name, "start": r.start, "chars": r.end - r.start} for r in regions],
         "server_log": str(log_file),
         "server_info": {
@@ -215,11 +260,91 @@ async def run_keystrokes_async(config: KeystrokeConfig, progress: bool = True) -
             "cancel_to_idle_p95_ms": 20,
         },
         "probes": [asdict(probe) for probe in opened],
-        "keystrokes": [
-            asdict(event) | {"file": region.name, "latency_ms": event.latency_ms}
-            for region, events in typed
-            for event in events
-        ],
+        "keystrokes": keystroke_records(typed),
+    }
+    if config.peer == "llama-server":
+        result["peers"] = {"llama-server": await llama_vim_row(config, regions, probes, progress)}
+    elif config.peer:
+        raise ValueError(f"unknown peer {config.peer!r} (known: llama-server)")
+    return result
+
+
+# The variables that lower the instruction set torch, oneDNN, MKL and fbgemm use (an emulated CPU class).
+ISA_VARIABLES = (
+    "ATEN_CPU_CAPABILITY",
+    "ONEDNN_MAX_CPU_ISA",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "FBGEMM_ENABLE_INSTRUCTIONS",
+)
+
+
+def peer_gguf(config: KeystrokeConfig) -> Path:
+    """The GGUF beside the target's folder (what `specls pull` stores): the model the peer serves."""
+    from engine.catalog import default_target
+    from engine.llama_cpp_decoder import find_gguf
+    from engine.models import resolve_model_path
+
+    spec = config.target or default_target()
+    folder = Path(str(resolve_model_path(spec, "target").location)) if spec else None
+    gguf = find_gguf(folder) if folder is not None else None
+    if gguf is None:
+        raise RuntimeError(
+            f"--peer llama-server needs the target's GGUF; none beside {folder or 'the bundled model'}"
+        )
+    return gguf
+
+
+def native_cpu_class() -> str:
+    """The CPU class of code that picks its kernels from the CPU itself (llama.cpp): the flags, not torch's
+    possibly lowered capability."""
+    from engine.hardware import cpu_class
+
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return cpu_class()
+    flags = next((line for line in cpuinfo.splitlines() if line.startswith("flags")), "").split()
+    return cpu_class("AVX512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "DEFAULT", cpuinfo)
+
+
+async def llama_vim_row(
+    config: KeystrokeConfig, regions: list[Region], probes: list[tuple[str, str, int]], progress: bool
+) -> dict[str, Any]:
+    """The same typing and probes against llama.vim's behaviour on llama-server with the same GGUF."""
+    from bench.llama_peer import find_llama_server
+    from bench.llama_vim_client import LlamaVimClient, start_llama_vim_server
+
+    binary = find_llama_server()
+    if binary is None:
+        raise RuntimeError(
+            "--peer llama-server: no llama-server binary (scripts/build_llama_server.sh builds it)"
+        )
+    gguf = peer_gguf(config)
+    threads = config.threads or os.cpu_count() or 1  # as many as `specls serve` takes for a 0.5B+ model
+    log = Path(tempfile.gettempdir()) / f"specls-bench-keystrokes-{config.tag}-llama-server.log"
+    server = await asyncio.to_thread(start_llama_vim_server, binary, gguf, threads, log)
+    client = LlamaVimClient(server.url)
+    load_before = os.getloadavg()
+    try:
+        opened = await probe_opening(client, probes, config)
+        typed = await type_regions(lambda region: client.editor(), regions, config, progress)
+    finally:
+        client.shutdown()
+        await asyncio.to_thread(server.stop)
+    summary = row_measures(typed, opened)
+    summary["client"] = client.report()
+    return {
+        "client": "llama.vim-style (bench/llama_vim_client.py)",
+        "server_command": [str(part) for part in server.process.args],  # type: ignore[union-attr]
+        "weight_repacking": server.repack,
+        "gguf": str(gguf),
+        "threads": threads,
+        "server_log": str(log),
+        "cpu_class": native_cpu_class(),
+        "load_average": {"start": load_before[0], "end": os.getloadavg()[0], "cpus": os.cpu_count()},
+        "summary": summary,
+        "probes": [asdict(probe) for probe in opened],
+        "keystrokes": keystroke_records(typed),
     }
 
 
@@ -379,7 +504,120 @@ def markdown_report(result: dict[str, Any]) -> str:
         f"{server['generated_tokens']} / {server.get('respelled_tokens', 0)} / "
         f"{wasted['wasted_estimate'] if wasted else '-'} ({_pct(wasted['wasted_fraction']) if wasted else '-'}) | |",
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + peer_report(result)) + "\n"
+
+
+def _latency(measure: dict[str, Any]) -> str:
+    return f"{_ms(measure['p50'])} / {_ms(measure['p95'])} ({measure['count']})"
+
+
+def _probe(probes: dict[str, Any], pause: str) -> str:
+    found = probes.get(pause)
+    if not found:
+        return "not measured"
+    return f"{_ms(found.get('p50'))} / {_ms(found.get('p99'))} ({found.get('count', 0)} files)"
+
+
+def peer_report(result: dict[str, Any]) -> list[str]:
+    """The rows side by side: every measure of the user's view, for `specls serve` and each peer."""
+    peers = result.get("peers") or {}
+    if not peers:
+        return []
+    config, ours = result["config"], result["summary"]
+    rows = [("specls serve (VS Code-style client)", ours, result.get("cpu_class", "-"))] + [
+        (f"llama.vim-style client on {name}", peer["summary"], peer["cpu_class"])
+        for name, peer in peers.items()
+    ]
+    pause = f"{config['probe_pause_s']:g}s"
+
+    def line(label: str, cells: list[str]) -> str:
+        return f"| {label} | " + " | ".join(cells) + " |"
+
+    out = [
+        "\n## Side by side: the same typist, the same keys, in one run\n",
+        line("measure", [name for name, _, _ in rows]),
+        "|---|" + "---|" * len(rows),
+        line("CPU class", [cpu for _, _, cpu in rows]),
+        line("ghost text on screen when the next key came", [_pct(s["ghost_on_screen"]) for _, s, _ in rows]),
+        line("... and the key agreed with it", [_pct(s["ghost_right"]) for _, s, _ in rows]),
+        line(
+            "characters saved by Tab / accept-line",
+            [
+                f"{_pct(s['chars_saved'])} ({s['chars_accepted']} with {s['accept_keys']} keys)"
+                for _, s, _ in rows
+            ],
+        ),
+        line(
+            "first suggestion right after opening p50 / max",
+            [_probe(s["open_to_first_suggestion_ms"], "0s") for _, s, _ in rows],
+        ),
+        line(
+            f"... after a {pause} pause p50 / max",
+            [_probe(s["open_to_first_suggestion_ms"], pause) for _, s, _ in rows],
+        ),
+        line(
+            "key press -> answer p50 / p95 (not overtaken)",
+            [_latency(s["answer_latency_ms"]) for _, s, _ in rows],
+        ),
+        line("key press -> suggestion p50 / p95", [_latency(s["suggestion_latency_ms"]) for _, s, _ in rows]),
+        line(
+            "outcomes per key press",
+            [", ".join(f"{k}: {v}" for k, v in s["outcomes"].items()) for _, s, _ in rows],
+        ),
+    ]
+    server = ours["server"]
+    clients = [peer["summary"]["client"] for peer in peers.values()]
+    out += [
+        line(
+            "requests to the model server (speculative among them)",
+            [f"{server['requests']} (-)"]
+            + [f"{c['requests']} ({c['speculative_requests']})" for c in clients],
+        ),
+        line(
+            "suggestions from the client's own cache (same context / look-back)",
+            ["-"] + [f"{c['shown_exact']} / {c['shown_look_back']}" for c in clients],
+        ),
+        line(
+            "prompt tokens computed / generated tokens",
+            [
+                f"{server['prompt_tokens'] - round((server['kv_prefix_reuse'] or 0) * server['prompt_tokens'])} / "
+                f"{server['generated_tokens']}"
+            ]
+            + [f"{c['prompt_tokens']} / {c['generated_tokens']}" for c in clients],
+        ),
+        line(
+            "request round trip p50 / p95",
+            ["-"] + [f"{_ms(c['round_trip_ms']['p50'])} / {_ms(c['round_trip_ms']['p95'])}" for c in clients],
+        ),
+    ]
+    for name, peer in peers.items():
+        client = peer["summary"]["client"]
+        out.append(
+            f"\n{name}: `{' '.join(peer['server_command'][1:])}` ({peer['threads']} threads, weight repacking "
+            f"{'on' if peer['weight_repacking'] else 'off'}); prompt {client['prompt_tokens_per_s'] or 0:.0f} "
+            f"tokens/s, generation {client['generated_tokens_per_s'] or 0:.0f} tokens/s by its own timings; "
+            f"{client['failures']} failed requests; {client['indent_changed']} suggestions shown whose accept "
+            f"would have shortened the line's indentation (not counted as ghost text). Load average (1 min) "
+            f"{peer['load_average']['start']:.1f} at its start, {peer['load_average']['end']:.1f} at its end."
+        )
+    variables = result.get("cpu_environment") or {}
+    if variables:
+        settings = " ".join(f"{k}={v}" for k, v in variables.items())
+        out.append(
+            f"\nThe CPU class was lowered for torch, oneDNN, MKL and fbgemm (`{settings}`): `specls serve` ran "
+            "that class. llama-server has no such switch: it picks its kernels from the CPU's own flags, so its "
+            "row ran this CPU's full instruction set and is flattered."
+        )
+    out.append(
+        "\nThe llama.vim-style client (bench/llama_vim_client.py) sends llama.vim's `/infill` requests (lines "
+        "above as `input_prefix`, the line up to the cursor as `prompt`, the rest below as `input_suffix`), one "
+        "at a time (a key press during a request retries 100 ms later), keeps llama.vim's answer cache with the "
+        "128-character look-back, asks speculatively as if a shown suggestion were accepted, and drops what "
+        "llama.vim drops. Left out: the ring buffer of extra chunks (`input_extra` is empty; llama.vim fills it "
+        "only after the cursor rests 3 s). Its latencies count a suggestion shown from its cache as answered "
+        "at once."
+    )
+    return out
 
 
 def plot_cdf(result: dict[str, Any], path: Path) -> None:
@@ -401,6 +639,20 @@ def plot_cdf(result: dict[str, Any], path: Path) -> None:
         )
         if values:
             ax.step(values, [(i + 1) / len(values) for i in range(len(values))], where="post", label=label)
+    for name, peer in (result.get("peers") or {}).items():
+        values = sorted(
+            k["latency_ms"]
+            for k in peer["keystrokes"]
+            if k["outcome"] == "suggestion" and k["latency_ms"] is not None and not k["superseded"]
+        )
+        if values:
+            ax.step(
+                [max(v, 0.1) for v in values],  # answers from the client's cache come in ~0 ms
+                [(i + 1) / len(values) for i in range(len(values))],
+                where="post",
+                linestyle=":",
+                label=f"{name} (llama.vim-style): key press -> suggestion",
+            )
     pace = result["config"]["pace_ms"]
     ax.axvline(pace, color="#c44e52", linestyle="--", linewidth=1, label=f"next key ({pace:.0f} ms)")
     ax.set_xscale("log")

@@ -29,14 +29,17 @@ KEEP_SAVED of the characters the ungated suggestions save there, and reported on
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import os
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.cli_args import add_scoring_arguments, positive, print_paths, scoring_fields
 from bench.metrics import code_cell, markdown_table, median, model_name, percent, write_result_files
 from bench.prompts import held_out_files
 
@@ -565,3 +568,53 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 def write_report(result: dict[str, Any], out: Path, tag: str) -> list[Path]:
     return write_result_files(out / f"lines-{tag}", result, markdown_report(result), plot)
+
+
+# --- `specls bench lines` ---
+
+NAME = "lines"
+HELP = "suggestions at line starts in held-out code: non-empty, indented, exact"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--positions", type=positive, default=60, help="line starts in all (default: 60)")
+    parser.add_argument("--per-file", type=positive, default=2, help="line starts per file (default: 2)")
+    parser.add_argument(
+        "--folder",
+        dest="folders",
+        type=Path,
+        action="append",
+        default=[],
+        help="also score the .py files of this folder (repeatable)",
+    )
+    add_scoring_arguments(parser)
+    parser.add_argument(
+        "--no-stdlib",
+        action="store_true",
+        help="score only the --folder files, not the held-out standard library (which pretrained models saw)",
+    )
+    parser.add_argument(
+        "--first-line",
+        action="store_true",
+        help="stop each suggestion after its first line (all that exact next line and the gate read; faster)",
+    )
+
+
+def command(args: argparse.Namespace) -> int:
+    missing = [str(folder) for folder in args.folders if not folder.is_dir()]
+    if missing:
+        print(f"specls bench: no such folder: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    scoring = scoring_fields(args)
+    if scoring is None:
+        return 2
+    config = LinesConfig(
+        positions=args.positions,
+        per_file=args.per_file,
+        folders=tuple(args.folders),
+        prompt_shape=(args.prompt_shapes or ["auto"])[0],
+        stdlib=not args.no_stdlib,
+        first_line_only=args.first_line,
+        **scoring,
+    )
+    return print_paths(write_report(run_lines(config), config.out, config.tag))

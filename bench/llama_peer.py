@@ -116,9 +116,11 @@ def start_peer(
     log: Path,
     draft_gguf: Path | None = None,
     repack: bool = True,
+    extra_flags: tuple[str, ...] = (),
 ) -> LlamaPeer:
     """A healthy peer; with `repack` (the default) it first tries llama.cpp's weight repacking and falls back
-    without it if the server crashes while loading. `repack=False` skips the attempt (a crash already seen)."""
+    without it if the server crashes while loading. `repack=False` skips the attempt (a crash already seen).
+    `extra_flags` follow the method's (llama.vim's batch sizes and cache reuse, say)."""
     if method in NEEDS_DRAFT_GGUF and draft_gguf is None:
         raise ValueError(f"{method} needs a draft model GGUF")
     draft_flags = ("--model-draft", str(draft_gguf), "--threads-draft", str(threads)) if draft_gguf else ()
@@ -128,7 +130,7 @@ def start_peer(
         command = [
             str(binary), "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port),
             "--ctx-size", str(ctx_size), "--parallel", "1", "--threads", str(threads),
-            "--threads-batch", str(threads), *COMMON_FLAGS, *LLAMA_METHODS[method], *draft_flags,
+            "--threads-batch", str(threads), *COMMON_FLAGS, *LLAMA_METHODS[method], *extra_flags, *draft_flags,
             *(() if repack else NO_REPACK),
         ]  # fmt: skip
         with log.open("wb") as handle:

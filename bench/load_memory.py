@@ -1,6 +1,6 @@
 """Memory of loading a target (and draft) the way the server does, measured in a fresh process.
 
-`python -m bench.load_memory TARGET [--draft DRAFT]` loads a `LocalEngine` on CPU (torch runtime, auto dtype,
+`specls bench load-memory TARGET [--draft DRAFT]` starts `python -m bench.load_memory`, which loads a `LocalEngine` on CPU (torch runtime, auto dtype,
 HF weights released once the lean decoders hold them) and prints one JSON object: the weights as the
 decoders hold them, the KV caches, the process's resident memory before and after, and its peak (VmHWM).
 The "added" figures subtract what the process held before loading (Python, torch, transformers).
@@ -8,6 +8,7 @@ The "added" figures subtract what the process held before loading (Python, torch
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -53,8 +54,7 @@ def measure_in_subprocess(target: Path, draft: Path | None, window: int, threads
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
+    """The fresh process `measure_in_subprocess` starts (`python -m bench.load_memory`): JSON on stdout."""
     parser = argparse.ArgumentParser(prog="python -m bench.load_memory", description=__doc__.split("\n")[0])
     parser.add_argument("target")
     parser.add_argument("--draft")
@@ -63,6 +63,26 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(json.dumps(measure(args.target, args.draft, args.window, args.threads)))
     return 0
+
+
+# --- `specls bench load-memory` ---
+
+NAME = "load-memory"
+HELP = "what loading a target (and draft) as the server does costs, in a fresh process"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("target", help="the target: a pulled name or a local folder")
+    parser.add_argument("--draft", help="its draft model")
+    parser.add_argument("--window", type=int, default=2048, help="KV cache positions (default: 2048)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: 1)")
+
+
+def command(args: argparse.Namespace) -> int:
+    draft = Path(args.draft) if args.draft else None
+    result = measure_in_subprocess(Path(args.target), draft, args.window, args.threads)
+    print(json.dumps(result, indent=2))
+    return 1 if "error" in result else 0
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """KV prefix reuse per keystroke, per prompt template: how much of each prompt a prefix-reusing cache already
-holds from the prompt before it, while a person types held-out code into a file (`python -m
-bench.prompt_reuse`). Counting only, no model forward: not a timed benchmark.
+holds from the prompt before it, while a person types held-out code into a file (`specls bench
+prompt-reuse`). Counting only, no model forward: not a timed benchmark.
 
 Each keystroke's prompt is built by the server's own context builder (its budget, the sticky prompt start,
 token healing), with each model's own tokenizer and template. A "plain PSM" row formats the same prefix
@@ -9,6 +9,7 @@ and suffix the way FIM prompts were laid out before (the cursor's line inside th
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -75,7 +76,17 @@ def reuse_while_typing(
     }
 
 
-def main() -> int:
+# --- `specls bench prompt-reuse` ---
+
+NAME = "prompt-reuse"
+HELP = "KV prefix reuse per keystroke, per prompt template (token counting, no model forward)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, default=Path("bench/results"), help="results folder")
+
+
+def command(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
     from engine.catalog import is_pulled
@@ -95,11 +106,11 @@ def main() -> int:
                 tokenizer, special, True, 3
             )
     result = {"benchmark": "prompt-reuse", "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ"), "rows": rows}
-    out = Path("bench/results")
+    out = args.out
     (out / "prompt-reuse.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     lines = [
         "# KV prefix reuse per keystroke, per prompt template\n",
-        f"{result['date_utc']}; `python -m bench.prompt_reuse`: 3 held-out files, the same regions as `specls "
+        f"{result['date_utc']}; `specls bench prompt-reuse`: 3 held-out files, the same regions as `specls "
         "bench keystrokes`, typed key by key; each prompt built by the server's context builder (default "
         "budget 1,536 tokens, sticky prompt start, token healing) and tokenized by the model's tokenizer. "
         "Token counting only (no forward), so machine load does not matter.\n",
@@ -114,7 +125,3 @@ def main() -> int:
     (out / "prompt-reuse.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -7,7 +7,7 @@ tokens and whether greedy decoding would reproduce every one of them (teacher-fo
 line). Lower NLL and more whole lines mean the model is better placed to write the line the user is about
 to type. Variants are compared prompt by prompt against no header (paired differences).
 
-    python -m bench.prompt_template --target smollm2-135m --prompts 24
+    specls bench prompt-template --target smollm2-135m --prompts 24
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.cli_args import positive, print_paths
 from bench.metrics import markdown_table
 from bench.prompts import cursor_in, held_out_files
 
@@ -111,20 +112,25 @@ def markdown(result: dict[str, Any]) -> str:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--target", default="smollm2-135m")
-    parser.add_argument("--prompts", type=int, default=24)
-    parser.add_argument("--prefix-lines", type=int, default=40)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", type=Path, default=Path("bench/results"))
-    args = parser.parse_args()
+# --- `specls bench prompt-template` ---
+
+NAME = "prompt-template"
+HELP = "which prefix-only prompt header suits a model without FIM tokens (line NLL, whole lines)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", default="smollm2-135m", help="the model (default: smollm2-135m)")
+    parser.add_argument("--prompts", type=positive, default=24, help="held-out cursors (default: 24)")
+    parser.add_argument(
+        "--prefix-lines", type=positive, default=40, help="lines before the cursor (default: 40)"
+    )
+    parser.add_argument("--threads", type=positive, default=1, help="torch CPU threads (default: 1)")
+    parser.add_argument("--out", type=Path, default=Path("bench/results"), help="results folder")
+
+
+def command(args: argparse.Namespace) -> int:
     result = measure(args.target, args.prompts, args.prefix_lines, args.threads)
-    stem = args.out / f"prompt-template-{args.target}"
+    stem = args.out / f"prompt-template-{Path(args.target).name}"
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     stem.with_suffix(".md").write_text(markdown(result), encoding="utf-8")
-    print(markdown(result))
-
-
-if __name__ == "__main__":
-    main()
+    return print_paths([stem.with_suffix(".json"), stem.with_suffix(".md")])

@@ -16,9 +16,11 @@ forward over k + 1 tokens / one target step, which the paper's formula assumes i
 
 from __future__ import annotations
 
+import argparse
 import platform
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -26,6 +28,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.cli_args import add_engine_arguments, names, positive, print_paths, results_tag
 from bench.llama_peer import LLAMA_METHODS, NEEDS_DRAFT_GGUF, LlamaPeer, find_llama_server, start_peer
 from bench.metrics import (
     alpha_from_rounds,
@@ -693,3 +696,92 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# --- `specls bench throughput` ---
+
+NAME = "throughput"
+HELP = "tokens/s of every method on held-out prompts"
+
+
+def _draft_policy(text: str) -> str:
+    if text == "learned" or (text.isdigit() and int(text) >= 1):
+        return text
+    raise argparse.ArgumentTypeError(f"expected learned or a positive integer, got {text!r}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prompts", type=positive, default=8, help="held-out prompts (default: 8)")
+    parser.add_argument("--max-new-tokens", type=positive, default=128, help="per prompt (default: 128)")
+    parser.add_argument("--repeats", type=positive, default=1, help="runs per prompt and method")
+    parser.add_argument(
+        "--methods",
+        help=f"comma-separated subset of: {', '.join(ALL_METHODS)} (default: all that can run)",
+    )
+    parser.add_argument(
+        "--draft-policy",
+        type=_draft_policy,
+        default="learned",
+        help="learned (the engine's own) or a fixed length (default: learned)",
+    )
+    parser.add_argument(
+        "--ignore-eos",
+        action="store_true",
+        help="generate --max-new-tokens past end-of-text: a steady-state row, not the headline "
+        "(default: natural stops)",
+    )
+    parser.add_argument(
+        "--warm-prompt",
+        action="store_true",
+        help="read each prompt into the target and draft model first, untimed, as the server's idle "
+        "warm-up does: time the decode a user waits for after a pause (default: cold, prefill timed)",
+    )
+    parser.add_argument(
+        "--runtime",
+        choices=("auto", "llama.cpp", "torch"),
+        default="auto",
+        help="what decodes the target: auto (default: llama.cpp when installed and a GGUF lies beside the "
+        "target, else torch), llama.cpp or torch",
+    )
+    parser.add_argument(
+        "--quantize",
+        choices=("none", "int8", "int4"),
+        default="none",
+        help="torch runtime: int8 or int4 weight-only projections (default: none)",
+    )
+    add_engine_arguments(parser)
+
+
+def command(args: argparse.Namespace) -> int:
+    methods = ALL_METHODS
+    if args.methods:
+        methods = names(args.methods)
+        unknown = [name for name in methods if name not in ALL_METHODS]
+        if unknown:
+            print(
+                f"specls bench: unknown methods {unknown}; choose from {', '.join(ALL_METHODS)}",
+                file=sys.stderr,
+            )
+            return 2
+        if "autoregressive" not in methods:
+            methods = ("autoregressive", *methods)  # every ratio is measured against it
+    config = ThroughputConfig(
+        prompts=args.prompts,
+        max_new_tokens=args.max_new_tokens,
+        target=args.target,
+        draft=args.draft,
+        device=args.device,
+        dtype=args.dtype,
+        runtime=args.runtime,
+        quantization=args.quantize,
+        threads=args.threads,
+        repeats=args.repeats,
+        methods=methods,
+        draft_policy=args.draft_policy,
+        stop_at_eos=not args.ignore_eos,
+        warm_prompt=args.warm_prompt,
+        out=args.out,
+        tag=results_tag(args),
+    )
+    result = run_throughput(config, progress=not args.quiet)
+    return print_paths(write_report(result, config.out, config.tag))
