@@ -568,6 +568,8 @@ def _best_server(runs: list[Run]) -> tuple[str, float] | None:
 def environment(threads: int, folder: Path) -> dict[str, Any]:
     import torch
 
+    from engine.hardware import cpu_class
+
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
     ).stdout.strip()
@@ -577,6 +579,7 @@ def environment(threads: int, folder: Path) -> dict[str, Any]:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "machine": platform.processor() or platform.machine(),
+        "cpu_class": cpu_class(),
         "threads": threads,
         "target": str(folder),
     }

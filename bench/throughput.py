@@ -381,6 +381,7 @@ def environment(engine: LocalEngine, threads: int) -> dict[str, Any]:
     import torch
     import transformers
 
+    from engine.hardware import cpu_class
     from engine.models import describe_model
 
     try:
@@ -401,6 +402,7 @@ def environment(engine: LocalEngine, threads: int) -> dict[str, Any]:
         "dtype": str(engine.pair.dtype).removeprefix("torch."),
         "runtime": engine.runtime.describe(),
         "gpu": torch.cuda.get_device_name() if engine.pair.device.type == "cuda" else None,
+        "cpu_class": "GPU" if engine.pair.device.type == "cuda" else cpu_class(),
         "dtype_reason": engine.pair.dtype_reason,
         "target": describe_model(engine.pair.target_source),
         "draft": describe_model(engine.pair.draft_source) if engine.pair.draft_source else None,
