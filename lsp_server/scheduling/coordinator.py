@@ -30,7 +30,7 @@ from lsp_server.scheduling.document_state import DocumentStates
 from lsp_server.scheduling.prefetcher import Prefetcher
 from lsp_server.scheduling.reasons import BackendState, EmptyReason
 from lsp_server.scheduling.settings import SchedulingSettings
-from lsp_server.scheduling.warmups import WarmTrigger
+from lsp_server.scheduling.warmups import WarmTrigger, suggest_at_rest
 from lsp_server.scheduling.worker import ContextBuilder, Finalizer, PromptSteps
 from lsp_server.statistics import Statistics
 from lsp_server.suggestion_cache import SuggestionCache
@@ -51,11 +51,8 @@ class Scheduler:
         on_grown: Callable[[Generation], None] = lambda generation: None,
         cache_documents: int = 64,
     ) -> None:
-        self.store = store
-        self.stats = Statistics()
-        self._on_log = on_log
-        self._on_completion, self._on_grown = on_completion, on_grown
-        self._client_refreshes = False
+        self.store, self.stats, self._client_refreshes = store, Statistics(), False
+        self._on_log, self._on_completion, self._on_grown = on_log, on_completion, on_grown
         self._use(settings)
         self._documents = DocumentStates(keep_generations=cache_documents)
         self._suggestions = SuggestionCache()  # the one home of finished suggestions
@@ -163,13 +160,16 @@ class Scheduler:
         self._backend.warm(uri, self._documents.cursor(uri), WarmTrigger.SAVE)
 
     def cursor_moved(self, uri: str, line: int, character: int) -> None:
-        """The client says where the cursor is (focus, selection or visible range): warm there."""
+        """The client says where the cursor rests (focus, selection or visible range): suggest there."""
         try:
             offset = self.store.offset_at(uri, line, character)
         except (UnknownDocumentError, PositionError):
             return
-        self._documents.of(uri).cursor = offset
-        self._last_uri = uri
+        state, self._last_uri = self._documents.of(uri), uri
+        state.cursor, document = offset, self.store.find(uri) if self.state == "ready" else None
+        if document and suggest_at_rest(self.policy, state, document, self._suggestions):
+            self._submit(uri, document.version, document.text, offset)  # idle time makes the suggestion
+            return
         self._backend.warm(uri, offset, WarmTrigger.CURSOR)
 
     def document_closed(self, uri: str) -> None:

@@ -1,6 +1,7 @@
 """Warm-ups, as pure decisions: while the user is idle the engine prefills its KV cache with the prompt the
 next request will need. Four triggers (`WarmTrigger`): a file opens (the cursor unknown: warm its longest
-start that fits the budget, `warm_offset`), the client reports the cursor (`specls/cursor`), a save, and
+start that fits the budget, `warm_offset`), the client reports the cursor (`specls/cursor`: there the
+suggestion itself is started, `suggest_at_rest`), a save, and
 `warmIdleMs` after the document's last request (which resumes a prefill that typing cancelled). Any real
 request pre-empts a warm-up; what it computed stays cached."""
 
@@ -9,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import StrEnum
 
+from lsp_server.documents import Document
 from lsp_server.scheduling.document_state import DocumentState
 from lsp_server.scheduling.settings import SchedulingSettings
+from lsp_server.suggestion_cache import SuggestionCache
 
 
 class WarmTrigger(StrEnum):
@@ -18,6 +21,22 @@ class WarmTrigger(StrEnum):
     CURSOR = "cursor"
     SAVE = "save"
     IDLE = "idle"
+
+
+def suggest_at_rest(
+    settings: SchedulingSettings, state: DocumentState, document: Document, cache: SuggestionCache
+) -> bool:
+    """Whether the cursor the client reports at rest (`specls/cursor`, `state.cursor`) should start its
+    suggestion now, not just warm the cache: the request that follows (after the client's own pause) then
+    finds it made or on its way. Not where one is cached or being made for this cursor already (typing
+    sends requests itself), nor in a document whose copy may differ from the client's."""
+    offset = state.cursor
+    if not settings.warm or offset is None or not document.servable:
+        return False
+    if cache.find(state.uri, document.text, offset) is not None:
+        return False
+    made = state.generation
+    return made is None or made.failed or (made.version, made.anchor) != (document.version, offset)
 
 
 def may_warm(settings: SchedulingSettings, ready: bool) -> bool:
