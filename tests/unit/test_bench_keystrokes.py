@@ -84,12 +84,12 @@ def test_the_replay_asks_again_when_a_part_answered_mid_line_is_whole() -> None:
 
     from lsp_server.app.demo.client import ServerSession
     from lsp_server.app.demo.keystrokes import Cadence
-    from lsp_server.app.demo.replay import Replay
+    from lsp_server.app.demo.replay import LspEditor, Replay
 
     text = "total = compute(values) + 1\n"
     start = len("total = ")
 
-    async def replay() -> Replay:
+    async def replay() -> tuple[Replay, LspEditor]:
         session = ServerSession("specls-test")
         # 100 ms a fake token: after "c" the server answers with a part at 80 ms, and says when it is whole.
         fake = {"rules": [["total = ", "compute(values) + 1"]], "tokenDelayMs": 100}
@@ -98,24 +98,22 @@ def test_the_replay_asks_again_when_a_part_answered_mid_line_is_whole() -> None:
         )
         await session.wait_ready(30)
         try:
+            editor = LspEditor(session, "file:///project/total.py", "python", poll_stats=False)
             run = Replay(
-                session,
+                editor,
                 text,
-                "file:///project/total.py",
-                "python",
                 Cadence(ms_per_char=2500, jitter=0),  # the second key comes long after the whole answer
                 start=start,
                 max_keystrokes=2,
                 rng=random.Random(0),
-                poll_stats=False,
             )
             await run.run()
-            return run
+            return run, editor
         finally:
             await session.stop()
 
-    run = asyncio.run(replay())
+    run, editor = asyncio.run(replay())
     first, second = run.events
-    assert run.refreshes == 1
+    assert editor.refreshes == 1
     assert first.suggestion == "ompute(values) + 1"  # the part, grown into the whole suggestion
     assert second.ghost_before == "ompute(values) + 1" and second.ghost_was_right

@@ -147,7 +147,7 @@ async def _demo(
 ) -> dict[str, Any]:
     from lsp_server.app.demo.client import ServerSession
     from lsp_server.app.demo.keystrokes import Cadence, plan_keystrokes
-    from lsp_server.app.demo.replay import LiveStats, Replay
+    from lsp_server.app.demo.replay import LiveStats, LspEditor, Replay
     from lsp_server.app.demo.speedup import measure_speedup, pick_offsets
     from lsp_server.app.demo.summary import build_summary, format_summary
     from lsp_server.app.demo.view import LineView, LiveView
@@ -163,11 +163,10 @@ async def _demo(
         out.write(f"{ready.get('message')}\n")
         replay_uri = f"file:///specls-demo/{path.name}"
         view = LineView(out) if plain else LiveView(out)
+        editor = LspEditor(session, replay_uri, language_id, on_stats=view.server_stats)
         replay = Replay(
-            session,
+            editor,
             source,
-            replay_uri,
-            language_id,
             Cadence(ms_per_char),
             view,
             max_keystrokes=args.max_keystrokes,
@@ -193,7 +192,7 @@ async def _demo(
         typed = events[-1].offset if events else 0
         plain_presses = len(plan_keystrokes(source[:typed]))
         summary = build_summary(
-            events, LiveStats.from_server(replay.last_stats), speedup, plain_presses, replay.unanswered
+            events, LiveStats.from_server(editor.last_stats), speedup, plain_presses, replay.unanswered
         )
         out.write("\n" + "\n".join(format_summary(summary)) + "\n")
         out.flush()

@@ -9,9 +9,8 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from lsp_server.app.demo.client import ServerSession, first_suggestion
 from lsp_server.app.demo.keystrokes import ratio
 from lsp_server.app.demo.replay import KeyEvent
 from lsp_server.statistics import percentile
@@ -72,8 +71,19 @@ class OpenProbe:
     suggestion: str
 
 
+class Asker(Protocol):
+    """A client that opens a document and asks for one suggestion (`ServerSession`; the llama.vim-style
+    client of `bench.llama_vim_client`)."""
+
+    def open(self, uri: str, text: str, language_id: str) -> None: ...
+
+    def close(self, uri: str) -> None: ...
+
+    async def inline_completion(self, uri: str, offset: int) -> str: ...
+
+
 async def probe_after_open(
-    session: ServerSession,
+    session: Asker,
     name: str,
     uri: str,
     text: str,
@@ -88,8 +98,7 @@ async def probe_after_open(
         if pause_s > 0:
             await asyncio.sleep(pause_s)
         started = time.monotonic()
-        _, answer = session.request_inline(uri, offset)
-        suggestion, _ = first_suggestion(await asyncio.wait_for(answer, timeout_s))
+        suggestion = await asyncio.wait_for(session.inline_completion(uri, offset), timeout_s)
         return OpenProbe(name, pause_s, (time.monotonic() - started) * 1000, suggestion)
     finally:
         session.close(uri)

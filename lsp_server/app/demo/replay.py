@@ -1,21 +1,21 @@
-"""The one replay client that `specls demo` and `specls bench keystrokes` share: a person typing into
-`specls serve` the way VS Code drives it.
+"""The one typist that `specls demo` and `specls bench keystrokes` share, and the editor it types into.
 
-- A key press is an incremental `didChange`, then a `textDocument/inlineCompletion` request; a request still
-  unanswered when the next key comes is cancelled (`$/cancelRequest`) and its answer is never shown.
-- The person types at a fixed pace (`Cadence`), Enter brings the indentation (auto-indent) and is followed
-  by a pause: a new line is where people stop to think.
-- Ghost text stays on screen while the typed characters agree with it (VS Code reuses a suggestion the typing
-  still matches, even when the newer request comes back empty); a key that disagrees clears it, and the
-  answer to the newest request replaces it.
-- When the server says a suggestion answered in part is whole (`specls/suggestionGrown`) and its part is
-  still on screen, the client asks again at the cursor, as the VS Code extension does, and shows the answer.
-- With `accept`, the person presses Tab when the ghost text is exactly the rest of the line, and accept-line
-  for each further line that is right (`tab_accept`), and the server is told (`specls.accept` or
-  `specls/didPartiallyAccept`).
+`Replay` is the person: a fixed pace (`Cadence`), Enter brings the indentation (auto-indent) and is followed by
+a pause (a new line is where people stop to think), and with `accept` Tab when the ghost text is exactly the
+rest of the line and accept-line for each further line that is right (`tab_accept`). It types into an
+`Editor`: an editor with its completion client, which applies each key press, asks for suggestions its own
+way and says what ghost text is on screen. Every key press records what was on screen when it came
+(`ghost_before`): that, not latency alone, says what the user got. Two editors exist:
 
-Every key press records what was on screen when it came (`ghost_before`): that, not latency alone, says what
-the user got.
+- `LspEditor`: VS Code on `specls serve`. A key press is an incremental `didChange`, then a
+  `textDocument/inlineCompletion` request; a request still unanswered when the next key comes is cancelled
+  (`$/cancelRequest`) and its answer is never shown. Ghost text stays on screen while the typed characters
+  agree with it (VS Code reuses a suggestion the typing still matches, even when the newer request comes back
+  empty); a key that disagrees clears it, and the answer to the newest request replaces it. When the server
+  says a suggestion answered in part is whole (`specls/suggestionGrown`) and its part is still on screen, the
+  client asks again at the cursor, as the VS Code extension does, and shows the answer. Accepting tells the
+  server (`specls.accept` or `specls/didPartiallyAccept`).
+- `bench.llama_vim_client.LlamaVimEditor`: llama.vim on llama-server (`specls bench keystrokes --peer`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import asyncio
 import functools
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -135,15 +136,39 @@ def visible_ghost(event: KeyEvent, source: str, cursor: int) -> str | None:
     return event.suggestion[len(typed) :] or None
 
 
+AnswerHook = Callable[[KeyEvent, str | None], None]
+
+
+class Editor(Protocol):
+    """An editor with its completion client, as the typist sees it.
+
+    `press` applies one key press: `event.key` was typed (or, with `event.accepted`, taken from the ghost text)
+    with the cursor at `event.offset - len(event.key)`. The editor then asks for suggestions its own way and
+    fills in the event as answers come: `answered_at`, `outcome`, `suggestion` (what it showed for this key),
+    `superseded` (the next key came before any answer). It calls `on_answer(event, ghost)` on each answer, with
+    the ghost text then on screen for that event (None when it is no longer the newest)."""
+
+    on_answer: AnswerHook | None
+
+    @property
+    def ghost(self) -> str | None: ...  # the ghost text on screen at the cursor now: what accepting inserts
+
+    def open(self, text: str) -> None: ...  # the document as it is before typing
+
+    def press(self, event: KeyEvent) -> None: ...
+
+    async def finish(self) -> int: ...  # wait for the answers still due; return how many never came
+
+    async def close(self) -> None: ...  # always called last, also when typing failed
+
+
 class Replay:
-    """Type `text[start:end]` into a document that holds the rest of `text`, one key press at a time."""
+    """Type `text[start:end]` into an editor whose document holds the rest of `text`, one key press at a time."""
 
     def __init__(
         self,
-        session: ServerSession,
+        editor: Editor,
         text: str,
-        uri: str,
-        language_id: str,
         cadence: Cadence,
         view: ReplayView | None = None,
         *,
@@ -153,23 +178,16 @@ class Replay:
         rng: random.Random | None = None,
         seed: int = 0,
         accept: bool = False,
-        poll_stats: bool = True,
     ) -> None:
-        self.session, self.text, self.uri, self.language_id = session, text, uri, language_id
+        self.editor, self.text = editor, text
         self.start, self.end = start, len(text) if end is None else end
         self.cadence, self.view, self.accept = cadence, view or QuietView(), accept
         self.max_keystrokes = max_keystrokes if max_keystrokes is not None else len(text)
         self.planned = min(len(plan_keystrokes(text[self.start : self.end])), self.max_keystrokes)
         self.rng = rng if rng is not None else random.Random(seed)
-        self.poll_stats = poll_stats
         self.events: list[KeyEvent] = []
         self.cursor = self.start
-        self.ghost: str | None = None  # on screen at the cursor now
         self.unanswered = 0  # requests with no answer at all when the drain timed out
-        self.last_stats: dict[str, Any] = {}
-        self._typing_done = False
-        self._refresh: asyncio.Future[Any] | None = None  # the request made on specls/suggestionGrown
-        self.refreshes = 0
         self.stopped_early = False
 
     @property
@@ -182,58 +200,110 @@ class Replay:
         self.stopped_early = True
 
     async def run(self) -> list[KeyEvent]:
-        self.session.open(self.uri, self.text[: self.start] + self.text[self.end :], self.language_id)
-        self.session.on_grown = self._grown
-        poller = asyncio.create_task(self._poll_stats()) if self.poll_stats else None
-        answers: list[asyncio.Future[Any]] = []
-        pending: tuple[str, asyncio.Future[Any], KeyEvent] | None = None
+        self.editor.on_answer = self._answered
         typed = self.text[: self.end]
         previous_key: str | None = None
         try:
+            self.editor.open(self.text[: self.start] + self.text[self.end :])
             while (
                 self.cursor < self.end and len(self.events) < self.max_keystrokes and not self.stopped_early
             ):
                 if previous_key is not None:
                     await asyncio.sleep(self.cadence.delay_s(previous_key, self.rng))
-                self.session.check_alive()
-                taken = tab_accept(self.ghost, typed[self.cursor :]) if self.accept and self.ghost else ""
+                ghost = self.editor.ghost
+                taken = tab_accept(ghost, typed[self.cursor :]) if self.accept and ghost else ""
                 key = taken or next_keystroke(typed, self.cursor)
-                if pending is not None and not pending[1].done():
-                    pending[2].superseded = True
-                    self.session.cancel(pending[0])  # VS Code cancels the superseded request
-                if self._refresh is not None:
-                    self._refresh.cancel()  # its answer would be for the cursor before this key
-                    self._refresh = None
-                event = KeyEvent(len(self.events), self.cursor + len(key), 0.0, key, len(taken), self.ghost)
-                if taken:
-                    self._tell_accepted(taken)
-                self.session.insert(self.uri, self.cursor, key)
                 self.cursor += len(key)
-                self.ghost = after_key(self.ghost, key)
-                event.sent_at = time.monotonic()
+                event = KeyEvent(len(self.events), self.cursor, time.monotonic(), key, len(taken), ghost)
                 self.events.append(event)
-                request_id, answer = self.session.request_inline(self.uri, self.cursor)
-                answer.add_done_callback(functools.partial(self._answered, event))
-                answers.append(answer)
-                pending = (request_id, answer, event)
-                self.view.keystroke(self.text[: self.cursor], self.cursor, self.ghost)
+                self.editor.press(event)
+                self.view.keystroke(self.text[: self.cursor], self.cursor, self.editor.ghost)
                 previous_key = key
-            if answers:
-                _, left = await asyncio.wait(answers, timeout=DRAIN_TIMEOUT_S)
-                self.unanswered = len(left)  # every request must get an answer: the summaries count these
+            self.unanswered = await self.editor.finish()
         finally:
-            self._typing_done = True
-            self.session.on_grown = None
-            for answer in [*answers, *([self._refresh] if self._refresh is not None else [])]:
-                answer.cancel()
-            if poller is not None:
-                await poller
+            await self.editor.close()
+        return self.events
+
+    def _answered(self, event: KeyEvent, ghost: str | None) -> None:
+        if event.suggestion:
+            event.match = classify_match(event.suggestion, self.text[event.offset : self.end])
+        self.view.answer(event, ghost, self.text)
+
+
+class LspEditor:
+    """VS Code on `specls serve` (the module docstring says how it behaves)."""
+
+    def __init__(
+        self,
+        session: ServerSession,
+        uri: str,
+        language_id: str,
+        *,
+        poll_stats: bool = True,
+        on_stats: Callable[[LiveStats], None] | None = None,
+    ) -> None:
+        self.session, self.uri, self.language_id = session, uri, language_id
+        self.poll_stats, self.on_stats = poll_stats, on_stats
+        self.ghost: str | None = None
+        self.on_answer: AnswerHook | None = None
+        self.events: list[KeyEvent] = []
+        self.answers: list[asyncio.Future[Any]] = []
+        self.pending: tuple[str, asyncio.Future[Any], KeyEvent] | None = None
+        self.last_stats: dict[str, Any] = {}
+        self.refreshes = 0
+        self._refresh: asyncio.Future[Any] | None = None  # the request made on specls/suggestionGrown
+        self._poller: asyncio.Task[None] | None = None
+        self._typing_done = False
+
+    def open(self, text: str) -> None:
+        self.session.open(self.uri, text, self.language_id)
+        self.session.on_grown = self._grown
+        if self.poll_stats:
+            self._poller = asyncio.create_task(self._poll_stats())
+
+    def press(self, event: KeyEvent) -> None:
+        self.session.check_alive()
+        if self.pending is not None and not self.pending[1].done():
+            self.pending[2].superseded = True
+            self.session.cancel(self.pending[0])  # VS Code cancels the superseded request
+        if self._refresh is not None:
+            self._refresh.cancel()  # its answer would be for the cursor before this key
+            self._refresh = None
+        if event.accepted:
+            self._tell_accepted(event.key)
+        self.session.insert(self.uri, event.offset - len(event.key), event.key)
+        self.ghost = after_key(self.ghost, event.key)
+        self.events.append(event)
+        request_id, answer = self.session.request_inline(self.uri, event.offset)
+        answer.add_done_callback(functools.partial(self._answered, event))
+        self.answers.append(answer)
+        self.pending = (request_id, answer, event)
+
+    async def finish(self) -> int:
+        unanswered = 0
+        if self.answers:
+            _, left = await asyncio.wait(self.answers, timeout=DRAIN_TIMEOUT_S)
+            unanswered = len(left)  # every request must get an answer: the summaries count these
+        await self._stop()
         self.last_stats = await self.session.stats()
-        self.view.server_stats(LiveStats.from_server(self.last_stats))
+        if self.on_stats is not None:
+            self.on_stats(LiveStats.from_server(self.last_stats))
         # Closed before any measurement: an open copy of the whole file would let the lookup drafter copy
         # the answers from it.
         self.session.close(self.uri)
-        return self.events
+        return unanswered
+
+    async def close(self) -> None:
+        await self._stop()
+
+    async def _stop(self) -> None:
+        self._typing_done = True
+        self.session.on_grown = None
+        for answer in [*self.answers, *([self._refresh] if self._refresh is not None else [])]:
+            answer.cancel()
+        if self._poller is not None:
+            poller, self._poller = self._poller, None
+            await poller
 
     def _grown(self, uri: str, generation_id: str) -> None:
         """The suggestion whose part is on screen is whole now: ask again at the cursor, if nothing moved."""
@@ -242,9 +312,9 @@ class Replay:
             return
         if newest.outcome != "suggestion" or generation_of(newest.suggestion_id or "") != generation_id:
             return
-        if newest.offset != self.cursor or self._refresh is not None:
+        if self._refresh is not None:
             return
-        _, answer = self.session.request_inline(self.uri, self.cursor)
+        _, answer = self.session.request_inline(self.uri, newest.offset)
         self._refresh = answer
         answer.add_done_callback(functools.partial(self._refreshed, newest))
 
@@ -258,9 +328,9 @@ class Replay:
             return
         self.refreshes += 1
         event.suggestion, event.suggestion_id = suggestion, suggestion_id
-        event.match = classify_match(suggestion, self.text[event.offset : self.end])
         self.ghost = suggestion
-        self.view.answer(event, self.ghost, self.text)
+        if self.on_answer is not None:
+            self.on_answer(event, self.ghost)
 
     def _tell_accepted(self, taken: str) -> None:
         shown = next((e for e in reversed(self.events) if e.suggestion_id), None)
@@ -283,12 +353,11 @@ class Replay:
         else:
             event.suggestion, event.suggestion_id = first_suggestion(answer.result())
             event.outcome = "suggestion" if event.suggestion else "empty"
-        if event.suggestion:
-            event.match = classify_match(event.suggestion, self.text[event.offset : self.end])
         newest = self.events[-1] is event
         if newest and event.suggestion:
             self.ghost = event.suggestion  # an empty answer leaves a ghost text the typing agrees with
-        self.view.answer(event, self.ghost if newest else None, self.text)
+        if self.on_answer is not None:
+            self.on_answer(event, self.ghost if newest else None)
 
     async def _poll_stats(self) -> None:
         while not self._typing_done:
@@ -297,4 +366,5 @@ class Replay:
                 stats = await asyncio.wait_for(self.session.stats(), 10)
             except Exception:  # a slow answer just skips one refresh
                 continue
-            self.view.server_stats(LiveStats.from_server(stats))
+            if self.on_stats is not None:
+                self.on_stats(LiveStats.from_server(stats))
