@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from engine.api import QUANTIZATIONS, RUNTIMES, Quantization
 from engine.hardware import DRAFT_AUTO_QUANTIZATION as DRAFT_AUTO_QUANTIZATION  # hardware rules live there
 from engine.hardware import choose_draft_quantization as _choose_draft_quantization
-from engine.hardware import choose_target_quantization
+from engine.hardware import choose_target_quantization, cpu_class
 from engine.hardware import cpu_capability as cpu_capability
 
 if TYPE_CHECKING:
@@ -115,6 +115,8 @@ def build_target_decoder(
         weights = dtype if quantization == "none" else f"{dtype} + {quantization} weights"
         lean = LeanLlamaDecoder(model, window, checked, release=release)
         why = f"{reason}; {quantization_reason}" if quantization_reason else reason
+        if device_type == "cpu":
+            why = f"{cpu_class()} CPU; {why}"
         return lean, RuntimeChoice("lean", weights, why)
     if quantization not in ("none", "auto") and quantization_reason == "":
         raise RuntimeUnavailable(f"{quantization} weights need a Llama-family target (the lean decoder)")

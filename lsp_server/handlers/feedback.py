@@ -56,6 +56,10 @@ def stats_request(ls: SpeclsServer, params: Any) -> dict[str, Any]:
     result["peak_rss_mb"] = peak_resident_mb()
     info = ls.scheduler.info
     result["model_memory_mb"] = dict(info.memory) if info is not None else {}
+    # What runs, on which CPU class and why (`engine.hardware`), and how fast it measured itself at load.
+    result["engine"] = info.runtime if info is not None else ""
+    result["prompt_tokens_per_s"] = round(info.prompt_tokens_per_s, 1) if info is not None else 0.0
+    result["step_ms"] = round(info.step_s * 1000, 1) if info is not None else 0.0
     result["settings"] = {
         "backend": ls.settings.backend,
         "firstLineFirst": ls.settings.first_line_first,
