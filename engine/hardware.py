@@ -8,7 +8,7 @@ functions, so a figure in bench/results/ ran what a user runs):
 - the target's and the draft's projections (`choose_target_quantization`, `choose_draft_quantization`):
   W8A8 (`engine.quantize.RowwiseInt8Linear`) on a CPU without native bf16, int4 draft steps on AVX-512,
   the model's dtype elsewhere;
-- threads (`engine.models.configure_threads`).
+- threads (`configure_threads`).
 
 One size threshold serves them all: below OVERHEAD_BOUND_PARAMS a decode step is per-call overhead, not
 reading weights, so neither bf16, nor quantized weights, nor a second thread make it faster.
@@ -27,6 +27,25 @@ from engine.api import QUANTIZATIONS, Quantization
 OVERHEAD_BOUND_PARAMS = 100_000_000
 
 _BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+# A second thread only adds OpenMP synchronisation to an overhead-bound step, and when anything else runs on
+# the other core it stalls every step (bundled pair, 2-core CPU: plain decoding 105 tok/s at 1 thread, 17-47
+# tok/s at 2 with a busy neighbour).
+SINGLE_THREAD_BELOW_PARAMS = OVERHEAD_BOUND_PARAMS
+
+
+def configure_threads(num_threads: int | None = None, target_params: int | None = None) -> int:
+    """One thread for small models (see SINGLE_THREAD_BELOW_PARAMS); otherwise up to 8, as scaling stops there."""
+    import os
+
+    import torch
+
+    if num_threads is None and target_params is not None and target_params < SINGLE_THREAD_BELOW_PARAMS:
+        num_threads = 1
+    if num_threads is None:
+        num_threads = min(torch.get_num_threads(), os.cpu_count() or 1, 8)
+    torch.set_num_threads(max(1, num_threads))
+    return torch.get_num_threads()
 
 
 def cpu_capability() -> str:

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from engine.hardware import OVERHEAD_BOUND_PARAMS, native_bf16
+from engine.hardware import SINGLE_THREAD_BELOW_PARAMS as SINGLE_THREAD_BELOW_PARAMS
+from engine.hardware import configure_threads as configure_threads
 
 if TYPE_CHECKING:
     import torch
@@ -173,24 +175,6 @@ def torch_dtype(name: str) -> torch.dtype:
     import torch
 
     return {"fp32": torch.float32, "bf16": torch.bfloat16}[name]
-
-
-# Below this many target parameters a decode step is per-call overhead, not arithmetic: a second thread
-# only adds OpenMP synchronisation, and when anything else runs on the other core it stalls every step
-# (bundled pair, 2-core CPU: plain decoding 105 tok/s at 1 thread, 17-47 tok/s at 2 with a busy neighbour).
-SINGLE_THREAD_BELOW_PARAMS = OVERHEAD_BOUND_PARAMS
-
-
-def configure_threads(num_threads: int | None = None, target_params: int | None = None) -> int:
-    """One thread for small models (see SINGLE_THREAD_BELOW_PARAMS); otherwise up to 8, as scaling stops there."""
-    import torch
-
-    if num_threads is None and target_params is not None and target_params < SINGLE_THREAD_BELOW_PARAMS:
-        num_threads = 1
-    if num_threads is None:
-        num_threads = min(torch.get_num_threads(), os.cpu_count() or 1, 8)
-    torch.set_num_threads(max(1, num_threads))
-    return torch.get_num_threads()
 
 
 def _load_model(source: ModelSource, role: Role, device: torch.device, dtype: torch.dtype) -> PreTrainedModel:
