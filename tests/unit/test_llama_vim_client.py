@@ -260,3 +260,43 @@ def test_a_few_keys_end_to_end_on_llama_server(tmp_path: Any) -> None:
     assert client.stats.failures == 0 and client.stats.answers == client.stats.requests
     assert client.stats.prompt_tokens > 0
     assert all(e.outcome in ("suggestion", "empty", "cancelled") for e in events)
+
+
+@pytest.mark.slow  # a real `specls serve --backend fake` subprocess, then the peer on a fake /infill
+def test_both_rows_side_by_side_in_one_report(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import bench.keystrokes as keystrokes
+    import bench.llama_peer as llama_peer
+    import bench.llama_vim_client as llama_vim_client
+
+    source = tmp_path / "sample.py"
+    source.write_text("\n".join([f"x{i} = {i}" for i in range(40)] + [SOURCE] + ["y = 1"] * 12))
+    fake = FakeInfill(compute_answers, delay_s=0.02)
+    with fake_server(fake) as url:
+        stopped: list[bool] = []
+        server = SimpleNamespace(
+            url=url, process=SimpleNamespace(args=["llama-server", "-ub", "1024"]), repack=False,
+            stop=lambda: stopped.append(True),
+        )  # fmt: skip
+        monkeypatch.setattr(llama_peer, "find_llama_server", lambda: Path("/fake/llama-server"))
+        monkeypatch.setattr(keystrokes, "peer_gguf", lambda config: Path("/fake/model.gguf"))
+        monkeypatch.setattr(llama_vim_client, "start_llama_vim_server", lambda *args: server)
+        config = keystrokes.KeystrokeConfig(
+            files=(source,), chars=40, backend="fake", pace_ms=30, line_pause_ms=60, probes=2,
+            out=tmp_path, tag="peer", timeout_s=60, peer="llama-server",
+        )  # fmt: skip
+        result = keystrokes.run_keystrokes(config, progress=False)
+    peer = result["peers"]["llama-server"]
+    assert stopped == [True]
+    ours, theirs = result["summary"], peer["summary"]
+    # The same typist: the same keys typed into both (no accept differs here: neither suggested the text).
+    assert [k["key"] for k in result["keystrokes"]] == [k["key"] for k in peer["keystrokes"]]
+    assert ours["chars_typed"] == theirs["chars_typed"] and theirs["errors"] == 0
+    assert theirs["client"]["requests"] == len(fake.bodies) > 0
+    assert set(theirs["open_to_first_suggestion_ms"]) == {"0s", "1s"}
+    paths = keystrokes.write_report(result, tmp_path, "peer")
+    markdown = paths[1].read_text()
+    assert "## Side by side" in markdown and "llama.vim-style client on llama-server" in markdown
+    assert markdown.count("| ghost text on screen when the next key came |") == 2  # its own table, then both
