@@ -12,6 +12,7 @@ weights on CPU are reordered once for oneDNN (`PrepackedBf16Linear`). A draft mo
 
 from __future__ import annotations
 
+import threading
 import warnings
 from typing import Protocol
 
@@ -146,32 +147,66 @@ class RowwiseInt8Linear:
         self.in_features, self.out_features = in_features, out_features
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, self.in_features).float()
-        codes, scales = _row_codes(flat)
-        residual_codes, residual_scales = _row_codes(flat - codes * scales)
-        products = self._matmul(torch.cat([codes, residual_codes]), torch.cat([scales, residual_scales]))
-        rows = flat.shape[0]
-        return self._finish(products[:rows] + products[rows:], x)
+        flat, rows = self._rows(x)
+        scales, scaled = _row_scales(flat)
+        codes = self._codes(2 * rows)
+        first = torch.round(scaled, out=codes[:rows, : self.in_features])
+        # The first pass errs by at most half a step, so the second pass's scale is the first's / 126: its
+        # codes fill [-63, 63] as the first pass's do, and no second maximum is needed.
+        torch.round(scaled.sub_(first).mul_(_RESIDUAL_STEPS), out=codes[rows:, : self.in_features])
+        products = self._matmul(codes)
+        y = torch.add(products[:rows], products[rows:], alpha=1 / _RESIDUAL_STEPS).mul_(scales)
+        return self._finish(y, x)
 
     def read_prompt(self, x: torch.Tensor) -> torch.Tensor:
-        codes, scales = _row_codes(x.reshape(-1, self.in_features).float())
-        return self._finish(self._matmul(codes, scales), x)
+        flat, rows = self._rows(x)
+        scales, scaled = _row_scales(flat)
+        codes = self._codes(rows)
+        torch.round(scaled, out=codes[:, : self.in_features])
+        return self._finish(self._matmul(codes).mul_(scales), x)
 
-    def _matmul(self, codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-        pinned = torch.cat([codes, self.pins.expand(codes.shape[0], 2)], dim=1)
-        products: torch.Tensor = torch.ops.quantized.linear_dynamic(pinned, self.packed, True)
-        return products * scales
+    def _rows(self, x: torch.Tensor) -> tuple[torch.Tensor, int]:
+        flat = x.reshape(-1, self.in_features)
+        return (flat if flat.dtype == torch.float32 else flat.float()), flat.shape[0]
+
+    def _codes(self, rows: int) -> torch.Tensor:
+        return _code_buffer(rows, self.in_features, self.pins)
+
+    def _matmul(self, codes: torch.Tensor) -> torch.Tensor:
+        products: torch.Tensor = torch.ops.quantized.linear_dynamic(codes, self.packed, True)
+        return products
 
     def _finish(self, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         if self.bias is not None:
-            y = y + self.bias
+            y = y.add_(self.bias)
         return y.view(*x.shape[:-1], self.out_features).to(x.dtype)
 
 
-def _row_codes(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Integer-valued codes in [-64, 63] and one scale per row, rows ~= codes * scales."""
-    scales = rows.abs().amax(dim=-1, keepdim=True).clamp(min=1e-30) / _ACTIVATION_HIGH
-    return torch.round(rows / scales).clamp_(_ACTIVATION_LOW, _ACTIVATION_HIGH), scales
+_RESIDUAL_STEPS = 126.0  # second-pass codes per first-pass step
+# Code buffers are kept for the shapes a decode loop repeats (steps and verifies of up to 16 drafts, both
+# passes), per thread and per input width, so every projection of a width shares one: a few MB in all.
+_BUFFERED_ROWS = 34
+_buffers = threading.local()
+
+
+def _code_buffer(rows: int, in_features: int, pins: torch.Tensor) -> torch.Tensor:
+    """A [rows, in_features + 2] buffer whose last two columns hold the pins."""
+    kept: dict[tuple[int, int], torch.Tensor] = getattr(_buffers, "by_shape", None) or {}
+    _buffers.by_shape = kept
+    codes = kept.get((rows, in_features))
+    if codes is None:
+        codes = torch.empty(rows, in_features + 2)
+        codes[:, in_features:] = pins
+        if rows <= _BUFFERED_ROWS:
+            kept[(rows, in_features)] = codes
+    return codes
+
+
+def _row_scales(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One scale per row, and the rows in units of it: within [-63, 63], so rounding needs no clamp."""
+    scales = torch.linalg.vector_norm(rows, ord=float("inf"), dim=-1, keepdim=True).clamp_(min=1e-30)
+    scales = scales.div_(_ACTIVATION_HIGH)
+    return scales, rows / scales
 
 
 def rowwise_int8_available() -> bool:
