@@ -1,6 +1,6 @@
 """`specls bench keystrokes`: what a person typing real files gets from `specls serve`.
 
-The client is the demo's replay (`lsp_server.app.demo.replay.Replay`), which drives the server over stdio the way
+The client is the demo's replay (`lsp_server.typist.replay.Replay`), which drives the server over stdio the way
 VS Code does: a `didChange` and an inline-completion request per key press, the previous request cancelled,
 ghost text kept while the typing agrees with it, Tab when the ghost text is exactly the rest of the line and
 accept-line for each further right line. For each file a region of `--chars` characters is cut out (by
@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 from bench.metrics import percentile, write_result_files
 
 if TYPE_CHECKING:
-    from lsp_server.app.demo.measures import Asker, OpenProbe
-    from lsp_server.app.demo.replay import Editor, KeyEvent
+    from lsp_server.typist.measures import Asker, OpenProbe
+    from lsp_server.typist.replay import Editor, KeyEvent
 
 URI_ROOT = "file:///bench"
 
@@ -71,7 +71,7 @@ class Region:
 
 
 def cadence_of(config: KeystrokeConfig) -> Any:
-    from lsp_server.app.demo.keystrokes import Cadence
+    from lsp_server.typist.keystrokes import Cadence
 
     return Cadence(
         config.pace_ms, jitter=0.0, line_pause=config.line_pause_ms / config.pace_ms, symbol_pause=0.0
@@ -147,7 +147,7 @@ async def type_regions(
     """The typist of every row: each region typed into the editor `make_editor` gives for it."""
     from tqdm import tqdm
 
-    from lsp_server.app.demo.replay import Replay
+    from lsp_server.typist.replay import Replay
 
     rng = random.Random(config.seed)
     typed: list[tuple[Region, list[KeyEvent]]] = []
@@ -173,7 +173,7 @@ async def probe_opening(
     asker: Asker, probes: list[tuple[str, str, int]], config: KeystrokeConfig
 ) -> list[OpenProbe]:
     """Open each probe file, wait (every other one) `probe_pause_s`, time the first suggestion."""
-    from lsp_server.app.demo.measures import probe_after_open
+    from lsp_server.typist.measures import probe_after_open
 
     opened = []
     for number, (name, text, offset) in enumerate(probes):
@@ -185,7 +185,7 @@ async def probe_opening(
 
 def row_measures(typed: list[tuple[Region, list[KeyEvent]]], opened: list[OpenProbe]) -> dict[str, Any]:
     """What the user got: the same measures for every row."""
-    from lsp_server.app.demo.measures import Typed, probe_measures, user_measures
+    from lsp_server.typist.measures import Typed, probe_measures, user_measures
 
     summary = user_measures([Typed(events, region.end - region.start) for region, events in typed])
     summary["open_to_first_suggestion_ms"] = probe_measures(opened)
@@ -202,8 +202,8 @@ def keystroke_records(typed: list[tuple[Region, list[KeyEvent]]]) -> list[dict[s
 
 async def run_keystrokes_async(config: KeystrokeConfig, progress: bool = True) -> dict[str, Any]:
     from engine.hardware import cpu_class
-    from lsp_server.app.demo.client import ServerSession
-    from lsp_server.app.demo.replay import LspEditor
+    from lsp_server.typist.client import ServerSession
+    from lsp_server.typist.replay import LspEditor
 
     regions = default_regions(config)
     if not regions:

@@ -2,7 +2,7 @@
 
 Its behaviour follows llama.vim's `autoload/llama.vim` (github.com/ggml-org/llama.vim, read at a1c8e6e; the
 rules are restated here, no code is copied). It is an `Editor` for the typist of
-`lsp_server.app.demo.replay.Replay`, so both clients are typed into and measured the same way.
+`lsp_server.typist.replay.Replay`, so both clients are typed into and measured the same way.
 
 - **Request layout** (`local_context`, `infill_body`): POST `/infill` with the `n_prefix` (256) lines above the
   cursor as `input_prefix`, the current line up to the cursor as `prompt`, the rest of the line and the
@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bench.llama_peer import LlamaPeer, start_peer
-from lsp_server.app.demo.replay import DRAIN_TIMEOUT_S, AnswerHook, KeyEvent
+from lsp_server.typist.replay import DRAIN_TIMEOUT_S, AnswerHook, KeyEvent
 
 CURSOR_MARK = "Î"  # llama.vim joins prefix + middle and suffix around this character in its cache keys
 

@@ -19,9 +19,9 @@ from typing import Any
 from bench.keystrokes import KeystrokeConfig, default_regions
 from engine.api import BackendInfo
 from engine.sequences import common_prefix_length
-from lsp_server.app.demo.keystrokes import plan_keystrokes
 from lsp_server.context import ContextSettings, build_completion_context
 from lsp_server.documents import DocumentStore, TextChange
+from lsp_server.typist.keystrokes import plan_keystrokes
 
 MODELS = {
     "prefix-only (smollm2-135m)": "smollm2-135m",

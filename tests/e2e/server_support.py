@@ -12,7 +12,7 @@ from typing import Any
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-from lsp_server.app.demo.client import to_plain
+from lsp_server.typist.client import to_plain
 
 REPO = Path(__file__).resolve().parents[2]
 

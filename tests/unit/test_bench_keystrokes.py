@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.keystrokes import KeystrokeConfig, cadence_of, run_keystrokes, server_deltas, write_report
-from lsp_server.app.demo.keystrokes import plan_keystrokes
+from lsp_server.typist.keystrokes import plan_keystrokes
 
 
 def test_the_benchmark_types_at_a_fixed_pace_and_pauses_after_enter() -> None:
@@ -82,9 +82,9 @@ def test_the_replay_asks_again_when_a_part_answered_mid_line_is_whole() -> None:
     import asyncio
     import random
 
-    from lsp_server.app.demo.client import ServerSession
-    from lsp_server.app.demo.keystrokes import Cadence
-    from lsp_server.app.demo.replay import LspEditor, Replay
+    from lsp_server.typist.client import ServerSession
+    from lsp_server.typist.keystrokes import Cadence
+    from lsp_server.typist.replay import LspEditor, Replay
 
     text = "total = compute(values) + 1\n"
     start = len("total = ")

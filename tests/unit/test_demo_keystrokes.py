@@ -7,7 +7,10 @@ import random
 import pytest
 
 from engine.sequences import common_prefix_length
-from lsp_server.app.demo.keystrokes import (
+from lsp_server.app.demo.speedup import DecodeSample, Speedup, pick_offsets
+from lsp_server.app.demo.summary import build_summary, format_summary
+from lsp_server.app.demo.view import LineView, one_line
+from lsp_server.typist.keystrokes import (
     Cadence,
     after_key,
     classify_match,
@@ -17,11 +20,8 @@ from lsp_server.app.demo.keystrokes import (
     tab_accept,
     tokens_per_target_forward,
 )
-from lsp_server.app.demo.measures import OpenProbe, Typed, probe_measures, user_measures
-from lsp_server.app.demo.replay import KeyEvent, LiveStats, visible_ghost
-from lsp_server.app.demo.speedup import DecodeSample, Speedup, pick_offsets
-from lsp_server.app.demo.summary import build_summary, format_summary
-from lsp_server.app.demo.view import LineView, one_line
+from lsp_server.typist.measures import OpenProbe, Typed, probe_measures, user_measures
+from lsp_server.typist.replay import KeyEvent, LiveStats, visible_ghost
 
 
 @pytest.mark.parametrize(

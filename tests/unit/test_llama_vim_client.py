@@ -23,8 +23,8 @@ from bench.llama_vim_client import (
     local_context,
     render,
 )
-from lsp_server.app.demo.keystrokes import Cadence
-from lsp_server.app.demo.replay import KeyEvent, Replay
+from lsp_server.typist.keystrokes import Cadence
+from lsp_server.typist.replay import KeyEvent, Replay
 
 SOURCE = "import os\n\n\ndef f(values):\n    total = compute(values) + 1\n    return total\n"
 START = SOURCE.index("total = ") + len("total = ")

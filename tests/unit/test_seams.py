@@ -262,11 +262,6 @@ def _imports_between(importer: str, imported: str) -> list[str]:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bench/keystrokes.py and bench/prompt_reuse.py still import the demo's replay client from "
-    "lsp_server.app.demo; it moves out of the app once the keystroke replay's --peer work has landed",
-)
 def test_no_import_cycle_between_the_app_and_bench() -> None:
     # `specls bench` (the app) lists bench's plug-ins, so bench must not import the app back: what both use
     # (the replay client, the model flags) lives where both import it.

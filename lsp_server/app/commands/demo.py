@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from lsp_server.app.commands.model_args import add_model_arguments
 
 if TYPE_CHECKING:
-    from lsp_server.app.demo.replay import KeyEvent, Replay
+    from lsp_server.typist.replay import KeyEvent, Replay
 
 SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "pantry.py"
 LANGUAGE_IDS = {
@@ -101,8 +101,8 @@ def server_args(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lsp_server.app.demo.client import ServerError
-    from lsp_server.app.demo.keystrokes import parse_speed
+    from lsp_server.typist.client import ServerError
+    from lsp_server.typist.keystrokes import parse_speed
 
     path = Path(args.file) if args.file else SAMPLE
     args.target = demo_target(args)
@@ -145,12 +145,12 @@ def run(args: argparse.Namespace) -> int:
 async def _demo(
     args: argparse.Namespace, path: Path, source: str, ms_per_char: float, plain: bool
 ) -> dict[str, Any]:
-    from lsp_server.app.demo.client import ServerSession
-    from lsp_server.app.demo.keystrokes import Cadence, plan_keystrokes
-    from lsp_server.app.demo.replay import LiveStats, LspEditor, Replay
     from lsp_server.app.demo.speedup import measure_speedup, pick_offsets
     from lsp_server.app.demo.summary import build_summary, format_summary
     from lsp_server.app.demo.view import LineView, LiveView
+    from lsp_server.typist.client import ServerSession
+    from lsp_server.typist.keystrokes import Cadence, plan_keystrokes
+    from lsp_server.typist.replay import LiveStats, LspEditor, Replay
 
     out = sys.stdout
     language_id = LANGUAGE_IDS.get(path.suffix.lower(), "plaintext")

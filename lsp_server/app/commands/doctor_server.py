@@ -59,7 +59,7 @@ class _Probe:
 
 
 async def _probe_server(server_args: list[str], timeout_s: float) -> _Probe:
-    from lsp_server.app.demo.client import ServerSession
+    from lsp_server.typist.client import ServerSession
 
     session = ServerSession()
     started = time.monotonic()

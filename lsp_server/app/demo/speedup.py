@@ -9,9 +9,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lsp_server.app.demo.client import ServerSession
-from lsp_server.app.demo.keystrokes import ratio
-from lsp_server.app.demo.replay import KeyEvent
+from lsp_server.typist.client import ServerSession
+from lsp_server.typist.keystrokes import ratio
+from lsp_server.typist.replay import KeyEvent
 
 
 @dataclass(frozen=True)

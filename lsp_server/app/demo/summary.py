@@ -6,11 +6,11 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from lsp_server.app.demo.keystrokes import ratio
-from lsp_server.app.demo.measures import Typed, user_measures
-from lsp_server.app.demo.replay import KeyEvent, LiveStats
 from lsp_server.app.demo.speedup import Speedup
 from lsp_server.statistics import percentile
+from lsp_server.typist.keystrokes import ratio
+from lsp_server.typist.measures import Typed, user_measures
+from lsp_server.typist.replay import KeyEvent, LiveStats
 
 
 def _round(value: float | None, digits: int = 2) -> float | None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import shutil
 from typing import TextIO
 
-from lsp_server.app.demo.keystrokes import position_of
-from lsp_server.app.demo.replay import KeyEvent, LiveStats, visible_ghost
+from lsp_server.typist.keystrokes import position_of
+from lsp_server.typist.replay import KeyEvent, LiveStats, visible_ghost
 
 DIM, RESET, CLEAR_LINE, UP = "\x1b[2m", "\x1b[0m", "\x1b[2K", "\x1b[1A"
 

@@ -22,8 +22,8 @@ from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
 from lsp_server import __version__
-from lsp_server.app.demo.keystrokes import position_of
 from lsp_server.protocol import GROWN_NOTIFICATION, REFRESH_CAPABILITY
+from lsp_server.typist.keystrokes import position_of
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 

@@ -28,8 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from lsp_server.app.demo.client import ServerSession, first_suggestion
-from lsp_server.app.demo.keystrokes import (
+from lsp_server.jobs import generation_of
+from lsp_server.typist.client import ServerSession, first_suggestion
+from lsp_server.typist.keystrokes import (
     Cadence,
     MatchKind,
     after_key,
@@ -40,7 +41,6 @@ from lsp_server.app.demo.keystrokes import (
     tab_accept,
     tokens_per_target_forward,
 )
-from lsp_server.jobs import generation_of
 
 STATS_INTERVAL_S = 0.25
 DRAIN_TIMEOUT_S = 120.0

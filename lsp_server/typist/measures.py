@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from lsp_server.app.demo.keystrokes import ratio
-from lsp_server.app.demo.replay import KeyEvent
 from lsp_server.statistics import percentile
+from lsp_server.typist.keystrokes import ratio
+from lsp_server.typist.replay import KeyEvent
 
 
 @dataclass(frozen=True)
