@@ -88,6 +88,7 @@ class LiveStats:
     requests: int
     accepted: int = 0  # suggestions the server counted as accepted (whole) ...
     partially_accepted: int = 0  # ... and in part
+    engine: str = ""  # what decodes, on which CPU class, and why (`engine.hardware`)
 
     @classmethod
     def from_server(cls, stats: dict[str, Any]) -> LiveStats:
@@ -103,6 +104,7 @@ class LiveStats:
             requests=int(stats.get("requests", 0)),
             accepted=int(stats.get("accepted", 0)),
             partially_accepted=int(stats.get("partially_accepted", 0)),
+            engine=str(stats.get("engine", "")),
         )
 
 

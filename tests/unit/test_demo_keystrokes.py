@@ -283,3 +283,13 @@ def test_live_view_redraws_the_line_ghost_and_status_in_place() -> None:
     assert len(screen) == 3
     view.finish()
     assert [line for line in _screen(out.getvalue()) if line][1] == "value = os."
+
+
+def test_the_summary_says_which_engine_ran_on_which_cpu_class() -> None:
+    engine = "lean (fp32 + w8a8 weights): AVX2-only CPU; no native bf16: int8 weights and activations"
+    stats = {"engine": engine, "requests": 2, "generations": 1}
+    summary = build_summary([_event(0, 1, 10.0, "abc", "full")], LiveStats.from_server(stats), None)
+    lines = format_summary(summary)
+    assert lines[1] == f"  engine                {engine}"
+    without = format_summary(build_summary([_event(0, 1, 10.0)], LiveStats.from_server({}), None))
+    assert not any(line.startswith("  engine") for line in without)  # a remote or fake server says nothing

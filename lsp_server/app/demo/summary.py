@@ -70,6 +70,7 @@ def build_summary(
             "typed_ahead_rate": _round(ratio(server.typed_ahead_hits, server.requests), 4),
             "draft_acceptance": _round(server.draft_acceptance, 4),
             "tokens_per_target_forward": _round(server.tokens_per_forward, 3),
+            "engine": server.engine,
         },
         "speedup": None,
     }
@@ -118,6 +119,8 @@ def format_summary(summary: dict[str, Any]) -> list[str]:
         f"  cancels               {server['cancelled_generations']} of {server['generations']} generations "
         f"stopped by newer typing; {summary['superseded']} requests superseded",
     ]
+    if server.get("engine"):  # which engine ran, on which CPU class, and why
+        lines.insert(1, f"  engine                {server['engine']}")
     if summary["accepts"]:
         lines.insert(
             4,
