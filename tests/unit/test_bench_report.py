@@ -45,9 +45,46 @@ def test_a_new_result_replaces_the_older_answer_to_its_question(tmp_path: Path) 
 
 
 def test_the_cpu_class_comes_from_the_record_else_from_what_the_run_implies() -> None:
-    assert report.cpu_class_of({"cpu_class": "AVX2-only (emulated: ...)"}, "x") == "AVX2-only"
+    # An emulated class is its own table, never mistaken for the real one.
+    assert report.cpu_class_of({"cpu_class": "AVX2-only (emulated: ...)"}, "x") == "AVX2-only (emulated)"
+    assert report.cpu_class_of({"cpu_class": "AVX2-only"}, "x") == "AVX2-only"
     assert report.cpu_class_of({}, "decode-speed-qwen05-bf16-amx-cpu") == "AMX/AVX512-BF16"
     assert report.cpu_class_of({"environment": {"device": "cuda"}}, "x") == "GPU"
     assert report.cpu_class_of({"environment": {"device": "cpu", "dtype": "float32"}}, "x") == (
         "CPU class not recorded"
     )
+
+
+def test_a_demo_and_a_decode_speed_run_without_llama_server_have_rows(tmp_path: Path) -> None:
+    demo = {
+        "benchmark": "demo",
+        "date_utc": "2026-12-03T19:02Z",
+        "config": {"target": "qwen2.5-coder-0.5b"},
+        "cpu_class": "AVX2-only (emulated: torch capability lowered on an AVX-512 CPU)",
+        "keystrokes": 2501,
+        "ghost_on_screen": 0.5912,
+        "ghost_right": 0.5616,
+        "typed_ahead_hit_rate": 0.7382,
+    }
+    speed = {
+        "benchmark": "decode-speed",
+        "config": {"engines": ["lean-fp32", "lean-w8a8"]},
+        "environment": {"target": "/models/qwen2.5-coder-0.5b", "date_utc": "2026-12-03T18:44Z"},
+        "cpu_class": "AVX2-only",
+        "step_profile": {
+            "lean-fp32": {"step_ms": 188.0, "verify_cost": {"8": 2.7}},
+            "lean-w8a8": {"step_ms": 105.0, "verify_cost": {"8": 1.99}},
+        },
+        "summary": {
+            "lean-fp32 plain": {"tokens_per_s_median": 2.0},
+            "lean-w8a8 speculative-lookup": {"tokens_per_s_median": 5.0},
+        },
+    }
+    (tmp_path / "demo-x.json").write_text(json.dumps(demo))
+    (tmp_path / "decode-speed-x.json").write_text(json.dumps(speed))
+    by_file = {row.file: row for row in report.rows(tmp_path)}
+    assert by_file["demo-x.json"].cpu_class == "AVX2-only (emulated)"
+    assert "59.1% of 2501 key presses" in by_file["demo-x.json"].answer
+    answer = by_file["decode-speed-x.json"].answer
+    assert answer.startswith("lean-w8a8 speculative-lookup: 2.50x lean-fp32 plain")
+    assert "lean-w8a8 step 105 ms, verify of 8 1.99 steps" in answer
