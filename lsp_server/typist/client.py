@@ -236,6 +236,15 @@ class ServerSession:
         )
         return request_id, asyncio.wrap_future(sent)
 
+    def cursor_rests(self, uri: str, offset: int) -> None:
+        """`specls/cursor`, as the VS Code extension sends it once the cursor has rested 200 ms (a file
+        opened or focused, a click, a pause in typing), so the server can start the suggestion there."""
+        line, character = position_of(self.texts[uri], offset)
+        self.client.protocol.notify(
+            "specls/cursor",
+            {"textDocument": {"uri": uri}, "position": {"line": line, "character": character}},
+        )
+
     def cancel(self, request_id: str) -> None:
         """`$/cancelRequest`, as an editor sends for the previous request on every keystroke."""
         self.client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=request_id))

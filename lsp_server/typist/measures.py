@@ -71,6 +71,9 @@ class OpenProbe:
     suggestion: str
 
 
+CURSOR_REST_S = 0.2  # editor_clients/vscode/src/server.ts CURSOR_REST_MS
+
+
 class Asker(Protocol):
     """A client that opens a document and asks for one suggestion (`ServerSession`; the llama.vim-style
     client of `bench.llama_vim_client`)."""
@@ -92,9 +95,16 @@ async def probe_after_open(
     pause_s: float,
     timeout_s: float = 120.0,
 ) -> OpenProbe:
-    """Open `text`, wait `pause_s`, ask at `offset`; the document is closed again afterwards."""
+    """Open `text`, wait `pause_s`, ask at `offset`; the document is closed again afterwards. A client that
+    reports a resting cursor (`cursor_rests`, as the VS Code extension does CURSOR_REST_S after a file
+    opens) does so during the pause."""
     session.open(uri, text, language_id)
     try:
+        rests = getattr(session, "cursor_rests", None)
+        if rests is not None and pause_s > CURSOR_REST_S:
+            await asyncio.sleep(CURSOR_REST_S)
+            rests(uri, offset)
+            pause_s -= CURSOR_REST_S
         if pause_s > 0:
             await asyncio.sleep(pause_s)
         started = time.monotonic()
