@@ -100,13 +100,13 @@ async def probe_after_open(
     opens) does so during the pause."""
     session.open(uri, text, language_id)
     try:
-        rests = getattr(session, "cursor_rests", None)
+        rests, left = getattr(session, "cursor_rests", None), pause_s
         if rests is not None and pause_s > CURSOR_REST_S:
             await asyncio.sleep(CURSOR_REST_S)
             rests(uri, offset)
-            pause_s -= CURSOR_REST_S
-        if pause_s > 0:
-            await asyncio.sleep(pause_s)
+            left -= CURSOR_REST_S
+        if left > 0:
+            await asyncio.sleep(left)
         started = time.monotonic()
         suggestion = await asyncio.wait_for(session.inline_completion(uri, offset), timeout_s)
         return OpenProbe(name, pause_s, (time.monotonic() - started) * 1000, suggestion)

@@ -40,6 +40,7 @@ async def test_the_cursor_is_reported_during_a_pause_and_the_question_comes_afte
     probe = await probe_after_open(session, "f.py", "file:///f.py", "a = 1\n", 6, "python", 0.5)
     names = [name for name, _ in session.calls]
     assert names == ["open", "cursor 6", "ask", "close"] and probe.suggestion == "x"
+    assert probe.pause_s == 0.5  # the whole pause is what the probe reports
     times = dict(session.calls)
     assert CURSOR_REST_S <= times["cursor 6"] < 0.45 and times["ask"] >= 0.5
 
