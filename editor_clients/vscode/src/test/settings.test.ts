@@ -21,7 +21,7 @@ describe("settings -> initializationOptions", () => {
       device: "auto",
       dtype: "auto",
       runtime: "auto",
-      quantize: "none",
+      quantize: "auto",
       endpoint: null,
       remoteModel: null,
       apiKeyEnv: "SPECLS_API_KEY",
