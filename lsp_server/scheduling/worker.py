@@ -352,7 +352,7 @@ class EngineWorker:
         ctx = self._prompts.build_context(snapshot, uri, offset, info, settings.context, count)
         if keystroke and isinstance(backend, PromptCachingBackend) and ctx.mode != "none":
             # A prompt the engine cannot read before the next key is worth less than a shorter one it can.
-            cached, total = backend.prompt_tokens_cached(ctx.prompt)
+            cached, total = backend.prompt_tokens_cached(without_lone_surrogates(ctx.prompt))
             smaller = needs_smaller_prompt(cached, total, info, settings.context.max_prompt_tokens)
             if smaller is not None:
                 shorter = replace(settings.context, max_prompt_tokens=smaller)
