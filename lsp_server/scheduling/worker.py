@@ -37,7 +37,7 @@ from lsp_server.context import CompletionContext, ContextSettings
 from lsp_server.documents import DocumentStore, OutOfSyncError, UnknownDocumentError
 from lsp_server.engine_request import engine_request, without_lone_surrogates
 from lsp_server.jobs import FairQueue, Generation, is_current
-from lsp_server.scheduling.budget import needs_smaller_prompt
+from lsp_server.scheduling.budget import affordable_prompt_tokens, needs_smaller_prompt
 from lsp_server.scheduling.prefetch import untyped_rest
 from lsp_server.scheduling.reasons import EmptyReason, mode_none
 from lsp_server.scheduling.warmups import WarmTrigger, warm_offset
@@ -350,10 +350,12 @@ class EngineWorker:
         if offset is None:
             offset = warm_offset(snapshot.get(uri).text, settings.context.max_prompt_tokens, count)
         ctx = self._prompts.build_context(snapshot, uri, offset, info, settings.context, count)
-        if keystroke and isinstance(backend, PromptCachingBackend) and ctx.mode != "none":
+        configured = settings.context.max_prompt_tokens
+        tight = affordable_prompt_tokens(info, configured) < configured  # else no peek (an encode per key)
+        if keystroke and tight and isinstance(backend, PromptCachingBackend) and ctx.mode != "none":
             # A prompt the engine cannot read before the next key is worth less than a shorter one it can.
             cached, total = backend.prompt_tokens_cached(without_lone_surrogates(ctx.prompt))
-            smaller = needs_smaller_prompt(cached, total, info, settings.context.max_prompt_tokens)
+            smaller = needs_smaller_prompt(cached, total, info, configured)
             if smaller is not None:
                 shorter = replace(settings.context, max_prompt_tokens=smaller)
                 ctx = self._prompts.build_context(snapshot, uri, offset, info, shorter, count)
