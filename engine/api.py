@@ -227,6 +227,9 @@ class BackendInfo:
     # Measured at load (`engine.costs.measure_step_costs`); 0 where nothing was measured (remote, fake).
     prompt_tokens_per_s: float = 0.0
     step_s: float = 0.0  # one plain decode step of the target
+    # What a draft model, if one runs, speeds decoding by at least (`engine.costs.conservative_speedup`).
+    speculative_speedup: float = 1.0
+    model_choice: str = ""  # why this target runs: named by the user, or the default rule's reason
 
 
 def refuse_forced_prefix(request: CompletionRequest, backend: str) -> None:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.catalog_entries import CATALOG as CATALOG  # the catalog's data, re-exported for callers
-from engine.catalog_entries import DEFAULT_GPU_MODEL as DEFAULT_GPU_MODEL
+from engine.catalog_entries import DEFAULT_LARGE_MODEL as DEFAULT_LARGE_MODEL
 from engine.catalog_entries import DEFAULT_MODEL as DEFAULT_MODEL
 from engine.catalog_entries import CatalogModel as CatalogModel
 from engine.catalog_entries import PromptShape as PromptShape
@@ -47,11 +47,16 @@ PULL_RECORD = "specls-pull.json"
 
 
 def default_target(device_type: str = "cpu") -> str | None:
-    """The default model when it is pulled, else None: the bundled pair (what runs with nothing pulled)."""
-    for name in (DEFAULT_GPU_MODEL, DEFAULT_MODEL) if device_type == "cuda" else (DEFAULT_MODEL,):
-        if is_pulled(name):
-            return name
-    return None
+    """The model loaded when none is named; None: the bundled pair (what runs with nothing pulled)."""
+    return default_target_choice(device_type)[0]
+
+
+def default_target_choice(device_type: str = "cpu") -> tuple[str | None, str]:
+    """`default_target` and why (`engine.hardware.choose_default_model` over this machine and the pulls)."""
+    from engine.hardware import choose_default_model, native_bf16
+
+    native = native_bf16() if device_type == "cpu" else (False, f"not a CPU: {device_type}")
+    return choose_default_model(device_type, native, {name for name in CATALOG if is_pulled(name)})
 
 
 class NotPulledError(RuntimeError):

@@ -177,8 +177,9 @@ CATALOG: dict[str, CatalogModel] = {
 }
 
 
-# The model `specls serve`, `specls demo` and the editors use when none is named, chosen by measurement on a
-# 2-core CPU (README, "Which model"): the best suggestions that still arrive before the next key. On a CUDA
-# device the larger model with the smaller one drafting for it.
+# The models `specls serve`, `specls demo` and the editors use when none is named: the best suggestions that
+# still arrive before the next key (README, "Which model"). The larger one, drafted by the smaller, where the
+# machine affords it (a CUDA GPU, a CPU with native bf16); the smaller elsewhere
+# (`engine.hardware.choose_default_model`).
 DEFAULT_MODEL = "qwen2.5-coder-0.5b"
-DEFAULT_GPU_MODEL = "qwen2.5-coder-1.5b"
+DEFAULT_LARGE_MODEL = "qwen2.5-coder-1.5b"

@@ -52,6 +52,26 @@ class StepCosts:
 # Used when nothing was measured (a policy built outside the engine, unit tests): a CPU-like linear price.
 ASSUMED_COSTS = StepCosts(widths=(1, 32), verify=(1.3, 4.0), draft_step=0.15)
 
+# The acceptance a budget estimate credits a draft model with: well below the 0.91 the 0.5B's drafts held for
+# the 1.5B on held-out prompts (bench/results/throughput-qwen15-pair-warm-bf16-amx-cpu.md), so an estimate
+# made with it still holds on code the draft guesses worse.
+CONSERVATIVE_ACCEPTANCE = 0.6
+CONSERVATIVE_MAX_DRAFT = 8
+
+
+def conservative_speedup(costs: StepCosts, acceptance: float = CONSERVATIVE_ACCEPTANCE) -> float:
+    """Tokens per plain step's time a draft model earns under these measured costs if each draft token is
+    accepted with probability `acceptance`, at the best draft length (Leviathan et al. 2023, eq. 1); at least
+    1, as the engine drafts nothing when drafting does not pay. Copying drafters are not credited: on code
+    that repeats nothing they propose nothing."""
+    from engine.drafters.sizing import best_draft_length
+
+    def round_cost(k: int) -> float:
+        return costs.round_cost(k, drafted_by_model=True)
+
+    probs = [acceptance] * CONSERVATIVE_MAX_DRAFT
+    return max(1.0, best_draft_length(probs, round_cost, CONSERVATIVE_MAX_DRAFT)[1])
+
 
 # A step this slow is timed well by a few rounds (noise is a small share of it), and each extra round of all
 # widths would cost the server's start seconds (a 0.5B model: ~0.1 s a step, ~10 widths a round).

@@ -8,7 +8,8 @@ functions, so a figure in bench/results/ ran what a user runs):
 - the target's and the draft's projections (`choose_target_quantization`, `choose_draft_quantization`):
   W8A8 (`engine.quantize.RowwiseInt8Linear`) on a CPU without native bf16, int4 draft steps on AVX-512,
   the model's dtype elsewhere;
-- threads (`configure_threads`).
+- threads (`configure_threads`);
+- the model loaded when none is named (`choose_default_model`), before any of the above.
 
 One size threshold serves them all: below OVERHEAD_BOUND_PARAMS a decode step is per-call overhead, not
 reading weights, so neither bf16, nor quantized weights, nor a second thread make it faster.
@@ -16,9 +17,11 @@ reading weights, so neither bf16, nor quantized weights, nor a second thread mak
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 from engine.api import QUANTIZATIONS, Quantization
+from engine.catalog_entries import CATALOG, DEFAULT_LARGE_MODEL, DEFAULT_MODEL
 
 # Measured on the bundled pair (2.9M and 10M parameters): whole-model bf16 slower than fp32 (STACK-NOTES); the
 # draft's int4 step 5.2 ms against 1.2 ms in fp32 (`specls bench throughput`'s step-cost timer); plain
@@ -172,3 +175,50 @@ def choose_draft_quantization(
         "a draft's precision changes only acceptance; int4 weights halve its one-token step on AVX-512 "
         "(full-precision weights kept for reading prompts)",
     )
+
+
+def choose_default_model(
+    device_type: str, bf16_native: tuple[bool, str], pulled: Collection[str]
+) -> tuple[str | None, str]:
+    """The catalog model to load when none is named, and why; None: the bundled pair (nothing usable pulled).
+
+    The larger model, drafted by the smaller, where the machine affords it: any CUDA GPU, and a CPU with
+    native bf16 (on this 2-core AMX Xeon the 1.5B drafted by the 0.5B decodes 2.51x faster than the 1.5B
+    alone, bench/results/throughput-qwen15-pair-warm-bf16-amx-cpu.md, and writes the exact next line more
+    often than the 0.5B). Elsewhere the smaller: without native bf16 the 0.5B's W8A8 step is already ~105 ms
+    (bench/results/decode-speed-qwen05-avx2-emulated-w8a8.md), and a 1.5B's would be ~3x that. Loading both
+    to compare would cost the start seconds; the server checks the loaded model's own measured step against
+    the keystroke budget afterwards (`lsp_server.scheduling.budget.first_line_fit`).
+    """
+    large, small = DEFAULT_LARGE_MODEL, DEFAULT_MODEL
+    native, evidence = bf16_native
+    if device_type == "cuda":
+        affords, why = True, "a CUDA GPU"
+    elif device_type == "cpu" and native:
+        affords, why = True, f"a CPU with native bf16 ({evidence})"
+    elif device_type == "cpu":
+        affords = False
+        why = f"no native bf16 ({evidence}): a {large} step would take ~3x the {small}'s ~105 ms (W8A8)"
+        why += ", past the keystroke budget"
+    else:
+        affords, why = False, f"the {large} was never measured on {device_type}"
+    draft = CATALOG[large].draft_model
+    if affords and large in pulled:
+        drafted = (
+            f"drafted by {draft}" if draft in pulled else f"`specls pull {draft}` lets {draft} draft for it"
+        )
+        return large, f"{why} affords the {large} (better suggestions than the {small}); {drafted}"
+    if affords and small in pulled:
+        return small, (
+            f"{why} affords the {large}, but only the {small} is pulled: `specls pull {large}` would give "
+            "better suggestions on this machine"
+        )
+    if affords:
+        return (
+            None,
+            f"nothing is pulled, so the bundled pair runs; {why} affords the {large}: `specls pull {large}`",
+        )
+    if small in pulled:
+        return small, why
+    anyway = f" (`--target {large}` runs the pulled {large} anyway)" if large in pulled else ""
+    return None, f"the {small} is not pulled, so the bundled pair runs: `specls pull {small}`{anyway}; {why}"

@@ -29,7 +29,7 @@ from engine.api import (
     WarmResult,
 )
 from engine.autoregressive import autoregressive_generate
-from engine.costs import StepCosts, time_decoders
+from engine.costs import StepCosts, conservative_speedup, time_decoders
 from engine.drafters.base import Drafter
 from engine.drafters.caps import CONFIDENCE_STOP, MAX_LENGTH
 from engine.drafters.hybrid import HybridDrafter
@@ -133,6 +133,7 @@ class LocalEngine:
         quantization: str = "auto",
         draft_quantization: str = "auto",
         keep_hf_model: bool = False,
+        model_choice: str = "",
     ) -> None:
         # A pair loaded here belongs to this engine: once the lean decoders hold the weights, the HF modules'
         # copies are freed (one copy of each model in memory) unless a caller still runs them
@@ -173,6 +174,7 @@ class LocalEngine:
         )
         return_freed_memory()  # the step-cost forwards' scratch, freed but still resident
         self.memory = model_memory(self.target, self.draft_decoder, rss_before)
+        self.model_choice = model_choice  # why this target (`BackendInfo.model_choice`)
 
     @torch.inference_mode()
     def _measure_step_costs(self) -> StepCosts:
@@ -223,6 +225,10 @@ class LocalEngine:
             memory=dict(self.memory),
             prompt_tokens_per_s=self.step_costs.prompt_tokens_per_s,
             step_s=self.step_costs.step_s,
+            speculative_speedup=(
+                conservative_speedup(self.step_costs) if self.draft_decoder is not None else 1.0
+            ),
+            model_choice=self.model_choice,
         )
 
     def encode(self, text: str) -> list[int]:

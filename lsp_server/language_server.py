@@ -21,6 +21,7 @@ from lsp_server.documents import DocumentStore
 from lsp_server.jobs import Generation
 from lsp_server.protocol import GROWN_NOTIFICATION, SpeclsProtocol
 from lsp_server.scheduling import BackendState, Scheduler
+from lsp_server.scheduling.budget import first_line_fit
 from lsp_server.secrets import redact
 
 logger = logging.getLogger(__name__)
@@ -80,6 +81,18 @@ class SpeclsServer(LanguageServer):
         self.scheduler.update_settings(self.settings)
         self.report_settings(SettingsReport(invalid=problems))
 
+    def log_model_fit(self) -> None:
+        """Say why this model runs and whether its measured costs fit the keystroke budget (a warning when
+        not: a smaller model, or a draft model, would answer sooner)."""
+        info = self.scheduler.info
+        if info is None:
+            return
+        if info.model_choice:
+            self.log(logging.INFO, f"model {info.target}: {info.model_choice}")
+        fits, detail = first_line_fit(info, self.settings.drafter)
+        if fits is not None:
+            self.log(logging.INFO if fits else logging.WARNING, f"keystroke budget: {detail}")
+
     def report_settings(self, report: SettingsReport) -> None:
         for problem in report.invalid:
             self.window_show_message(types.ShowMessageParams(types.MessageType.Warning, f"specls: {problem}"))
@@ -115,6 +128,7 @@ class SpeclsServer(LanguageServer):
             self.window_show_message(types.ShowMessageParams(types.MessageType.Error, f"specls: {message}"))
         elif state == "ready":
             self.log(logging.INFO, message)
+            self.log_model_fit()
             self.fit_settings_to_model()
         if state != "loading" and self.progress_token is not None:
             self.work_done_progress.end(self.progress_token, types.WorkDoneProgressEnd(message=message))

@@ -13,12 +13,19 @@ from lsp_server.config import ServerSettings
 def local_target(settings: ServerSettings) -> str | None:
     """The named target; with none named, the default catalog model when pulled (else the bundled pair). A
     draft named without a target keeps the bundled target it was trained for."""
-    if settings.target is not None or settings.draft is not None:
-        return settings.target
-    from engine.catalog import default_target
+    return local_target_choice(settings)[0]
+
+
+def local_target_choice(settings: ServerSettings) -> tuple[str | None, str]:
+    """`local_target` and why (`engine.catalog.default_target_choice` when the settings name no model)."""
+    if settings.target is not None:
+        return settings.target, "named by the `target` setting (or --target)"
+    if settings.draft is not None:
+        return None, "a draft is named without a target: the bundled target it was trained for"
+    from engine.catalog import default_target_choice
 
     cuda = settings.device.startswith("cuda") or (settings.device == "auto" and _cuda_available())
-    return default_target("cuda" if cuda else "cpu")
+    return default_target_choice("cuda" if cuda else "cpu")
 
 
 def _cuda_available() -> bool:
@@ -40,13 +47,15 @@ def create_backend(settings: ServerSettings) -> CompletionBackend:
     if settings.backend == "local":
         from engine.service import LocalEngine  # type: ignore[import-not-found,unused-ignore]
 
+        target, why = local_target_choice(settings)
         local: CompletionBackend = LocalEngine(
-            target=local_target(settings),
+            target=target,
             draft=settings.draft,
             device=settings.device,
             dtype=settings.dtype,
             runtime=settings.runtime,
             quantization=settings.quantize,
+            model_choice=why,
         )
         return local
     raise ValueError(f"unknown backend {settings.backend!r}")

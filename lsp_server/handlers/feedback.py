@@ -8,6 +8,7 @@ from typing import Any
 from engine.memory import peak_resident_mb
 from lsp_server.handlers.guard import field, guarded
 from lsp_server.language_server import SpeclsServer
+from lsp_server.scheduling.budget import first_line_fit
 
 STATS_REQUEST = "specls/stats"
 
@@ -60,6 +61,10 @@ def stats_request(ls: SpeclsServer, params: Any) -> dict[str, Any]:
     result["engine"] = info.runtime if info is not None else ""
     result["prompt_tokens_per_s"] = round(info.prompt_tokens_per_s, 1) if info is not None else 0.0
     result["step_ms"] = round(info.step_s * 1000, 1) if info is not None else 0.0
+    # Which model runs and why (`engine.hardware.choose_default_model`), and whether it fits the budget.
+    result["model_choice"] = info.model_choice if info is not None else ""
+    fits, detail = first_line_fit(info, ls.settings.drafter) if info is not None else (None, "not loaded")
+    result["keystroke_budget"] = {"fits": fits, "detail": detail}
     result["settings"] = {
         "backend": ls.settings.backend,
         "firstLineFirst": ls.settings.first_line_first,

@@ -52,3 +52,30 @@ def needs_smaller_prompt(
     if uncached is None or uncached + FIRST_LINE_TOKENS * info.step_s <= seconds:
         return None
     return affordable
+
+
+# Drafters that run the draft model, the only speculation a fit estimate credits (copying drafters propose
+# nothing in code that repeats nothing).
+MODEL_DRAFTERS = ("model", "hybrid")
+
+
+def first_line_fit(
+    info: BackendInfo, drafter: str = "hybrid", seconds: float = FIRST_SUGGESTION_S
+) -> tuple[bool | None, str]:
+    """Whether the loaded model can bring a first suggestion in a just-opened file within `seconds`, and the
+    numbers: reading the smallest prompt the budget allows (MIN_PROMPT_TOKENS) and writing FIRST_LINE_TOKENS at
+    the measured step, sped up only by what a draft model earns at a conservative acceptance
+    (`BackendInfo.speculative_speedup`). None where the engine measured nothing."""
+    if info.step_s <= 0 or info.prompt_tokens_per_s <= 0:
+        return None, "not measured by this backend"
+    speedup = info.speculative_speedup if drafter in MODEL_DRAFTERS else 1.0
+    line_s = FIRST_LINE_TOKENS * info.step_s / max(1.0, speedup)
+    read_s = MIN_PROMPT_TOKENS / info.prompt_tokens_per_s
+    fits = line_s + read_s <= seconds
+    drafted = f" / {speedup:.2f} (the draft model, conservatively)" if speedup > 1 else ""
+    return fits, (
+        f"{'fits' if fits else 'does not fit'}: {MIN_PROMPT_TOKENS} prompt tokens at "
+        f"{info.prompt_tokens_per_s:.0f} tokens/s ({read_s:.2f} s) and a first line of {FIRST_LINE_TOKENS} "
+        f"tokens at {info.step_s * 1000:.0f} ms a step{drafted} ({line_s:.2f} s) take {line_s + read_s:.2f} s "
+        f"of the {seconds:g} s keystroke budget"
+    )

@@ -70,3 +70,33 @@ def test_the_prompt_start_a_snapshot_chose_is_kept_by_the_store() -> None:
     snapshot.get("file:///a.py").prompt_start_line = 17
     store.adopt_trees(snapshot)
     assert store.get("file:///a.py").prompt_start_line == 17
+
+
+def test_a_model_whose_first_line_fits_says_so_with_the_numbers() -> None:
+    from lsp_server.scheduling.budget import first_line_fit
+
+    fits, detail = first_line_fit(AMX)
+    assert fits is True
+    assert detail.startswith(f"fits: {MIN_PROMPT_TOKENS} prompt tokens at 650 tokens/s")
+    assert "45 ms a step (0.54 s)" in detail and "of the 1.5 s keystroke budget" in detail
+
+
+def test_speculation_is_credited_only_for_a_draft_model_and_only_conservatively() -> None:
+    from dataclasses import replace
+
+    from lsp_server.scheduling.budget import first_line_fit
+
+    slow = info(420, 0.15)  # 0.30 s to read the smallest prompt, 1.80 s to write a plain first line
+    assert first_line_fit(slow)[0] is False
+    drafted = replace(slow, speculative_speedup=2.0)
+    fits, detail = first_line_fit(drafted)
+    assert fits is True and "150 ms a step / 2.00 (the draft model, conservatively) (0.90 s)" in detail
+    assert first_line_fit(drafted, drafter="lookup")[0] is False  # copying drafters are not credited
+    fits, detail = first_line_fit(info(40, 0.2))
+    assert fits is False and detail.startswith("does not fit: ")
+
+
+def test_an_unmeasured_backend_is_neither_fit_nor_unfit() -> None:
+    from lsp_server.scheduling.budget import first_line_fit
+
+    assert first_line_fit(REMOTE) == (None, "not measured by this backend")

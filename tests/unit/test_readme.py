@@ -78,7 +78,9 @@ def test_readme_is_short_and_reaches_docs_early() -> None:
     assert len(lines) <= 160, f"the README has {len(lines)} lines; move detail to docs/"
 
 
-def test_readme_names_the_default_model_from_the_catalog() -> None:
-    from engine.catalog import DEFAULT_MODEL
+def test_readme_names_the_default_models_from_the_catalog() -> None:
+    from engine.catalog import DEFAULT_LARGE_MODEL, DEFAULT_MODEL
 
-    assert f"`{DEFAULT_MODEL}` (default)" in README.read_text(encoding="utf-8")
+    text = README.read_text(encoding="utf-8")
+    assert f"`{DEFAULT_MODEL}` (default without native bf16)" in text
+    assert f"`{DEFAULT_LARGE_MODEL}` (default on a GPU or a CPU with native bf16" in text

@@ -23,7 +23,12 @@ from lsp_server.app.commands.doctor_environment import (
     check_versions,
     pinned_requirements,
 )
-from lsp_server.app.commands.doctor_models import check_dtype, check_model_pair, check_runtime
+from lsp_server.app.commands.doctor_models import (
+    check_dtype,
+    check_model_choice,
+    check_model_pair,
+    check_runtime,
+)
 from lsp_server.app.commands.doctor_server import check_server
 from lsp_server.app.commands.model_args import add_model_arguments
 
@@ -53,9 +58,17 @@ def run(args: argparse.Namespace) -> int:
     report("python", check_python)
     report("torch", lambda: check_torch(args.device))
     report("versions", lambda: check_versions(pinned_requirements()))
-    report("model pair", lambda: check_model_pair(args.target, args.draft))
-    report("dtype", lambda: check_dtype(args.target, args.device, args.dtype))
-    report("runtime", lambda: check_runtime(args.target, args.device))
+    target = args.target  # what the server would load: the checks below describe that model
+
+    def model_choice() -> list[Check]:
+        nonlocal target
+        target, found = check_model_choice(args.target, args.draft, args.device)
+        return found
+
+    report("model", model_choice)
+    report("model pair", lambda: check_model_pair(target, args.draft))
+    report("dtype", lambda: check_dtype(target, args.device, args.dtype))
+    report("runtime", lambda: check_runtime(target, args.device))
     report("tree-sitter grammars", check_grammars)
     if args.no_server:
         report("server", lambda: [Check("server", "skip", "not started (--no-server)")])

@@ -8,6 +8,16 @@ from pathlib import Path
 from lsp_server.app.commands.doctor_environment import Check
 
 
+def check_model_choice(target: str | None, draft: str | None, device: str) -> tuple[str | None, list[Check]]:
+    """The target the server would load with these flags, and why: the named one, or the default rule's
+    choice for this machine and what is pulled (`lsp_server.backends.local_target_choice`, as `serve` does)."""
+    from lsp_server.backends import local_target_choice
+    from lsp_server.config import ServerSettings
+
+    chosen, reason = local_target_choice(ServerSettings(target=target, draft=draft, device=device))
+    return chosen, [Check("model", "ok", f"{chosen or 'the bundled pair'}: {reason}")]
+
+
 def check_model_pair(target: str | None, draft: str | None) -> list[Check]:
     """Each model's folder and size, then whether the two speak the same tokens and carry FIM tokens."""
     from engine.models import (

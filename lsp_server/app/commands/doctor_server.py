@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from lsp_server.app.commands.doctor_environment import Check
 
@@ -35,13 +36,24 @@ def check_server(
         f"the next in {probe.warm_ms:.0f} ms"
     )
     if not probe.answer.strip():
-        return [
-            Check(
-                "server", "warn", f"{detail}, but the suggestion was empty", "try `specls demo` to see more"
-            )
-        ]
+        empty = Check(
+            "server", "warn", f"{detail}, but the suggestion was empty", "try `specls demo` to see more"
+        )
+        return [empty, *check_budget(probe.stats)]
     last_line = PROBE_PREFIX.splitlines()[-1].strip()
-    return [Check("server", "ok", f"{detail}; after {last_line!r} it suggested {_short(probe.answer)!r}")]
+    answered = Check("server", "ok", f"{detail}; after {last_line!r} it suggested {_short(probe.answer)!r}")
+    return [answered, *check_budget(probe.stats)]
+
+
+def check_budget(stats: dict[str, Any]) -> list[Check]:
+    """Whether the loaded model's own measured costs fit the keystroke budget (`specls/stats`)."""
+    budget = stats.get("keystroke_budget") or {}
+    if budget.get("fits") is None:
+        return []
+    if budget["fits"]:
+        return [Check("keystroke budget", "ok", budget["detail"])]
+    fix = "a smaller model answers sooner: name one with --target (the `target` setting in an editor)"
+    return [Check("keystroke budget", "warn", budget["detail"], fix)]
 
 
 def _short(text: str, width: int = 40) -> str:
@@ -56,6 +68,7 @@ class _Probe:
     load_s: float
     first_ms: float  # includes one-time costs of the first forward passes
     warm_ms: float  # the same prompt in a second document: what a keystroke costs once running
+    stats: dict[str, Any]  # `specls/stats` after both completions
 
 
 async def _probe_server(server_args: list[str], timeout_s: float) -> _Probe:
@@ -77,6 +90,6 @@ async def _probe_server(server_args: list[str], timeout_s: float) -> _Probe:
             )
             latencies.append((time.monotonic() - asked) * 1000)
             session.close(uri)
-        return _Probe(answers[0], loaded, latencies[0], latencies[1])
+        return _Probe(answers[0], loaded, latencies[0], latencies[1], await session.stats())
     finally:
         await session.stop()
