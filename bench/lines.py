@@ -73,6 +73,9 @@ class LinesConfig:
     # Stop each suggestion at its first line (maxLines 1): exact next line and the gate read only that line, and
     # it is the same line the full suggestion starts with; "non-empty" and "indented right" then see only it.
     first_line_only: bool = False
+    # Read what each --folder file imports from disk, the folder's parent taken as the workspace folder the
+    # client names (`context.workspace`); off, only the file itself is open (an editor with one tab).
+    imported_files: bool = False
 
 
 KEEP_SAVED = 0.8  # the calibrated gate may give up at most a fifth of the characters saved without it
@@ -177,14 +180,18 @@ def default_gate_threshold() -> float:
     return ServerSettings().context.min_first_line_probability
 
 
-def suggest(engine: Any, info: Any, settings: Any, uri: str, document: str, offset: int) -> Served | None:
+def suggest(
+    engine: Any, info: Any, settings: Any, uri: str, document: str, offset: int, workspace: Any = None
+) -> Served | None:
     """One suggestion as `specls serve` makes it: the context builder, the engine, the final trim. None where
-    the server would not suggest (the cursor's syntax says so)."""
+    the server would not suggest (the cursor's syntax says so). `workspace`: a `WorkspaceFiles` to read
+    imported files from, as the server does for its client's workspace folders."""
     from lsp_server.context import build_completion_context, finalize_completion
     from lsp_server.documents import DocumentStore
     from lsp_server.engine_request import engine_request
 
     store = DocumentStore()
+    store.workspace = workspace
     store.open(uri, "python", 1, document)
     ctx = build_completion_context(store, uri, offset, info, settings.context, engine.count_tokens)
     if ctx.mode == "none" or ctx.stop_rules is None:
@@ -206,6 +213,7 @@ def score_model(
     from lsp_server.context.fim import marker_texts
     from lsp_server.context.gate import first_line_confidence
     from lsp_server.context.indentation import indentation_ok
+    from lsp_server.context.workspace import WorkspaceFiles
 
     pair = load_pair(target, draft, config.device, config.dtype, num_threads=config.threads)
     engine = LocalEngine(pair=pair)
@@ -213,9 +221,13 @@ def score_model(
     settings = server_settings(config.prompt_shape, max_lines=1 if config.first_line_only else None)
     markers = marker_texts(info.special_tokens)
     outcomes: list[Outcome] = []
+    roots = sorted({folder.resolve().parent for folder in config.folders}) if config.imported_files else []
+    workspace = WorkspaceFiles(roots) if roots else None
     for position in positions:
-        uri = f"file:///held-out/{position.name.rsplit(':', 1)[0]}"
-        served = suggest(engine, info, settings, uri, position.document, position.offset)
+        relative = position.name.rsplit(":", 1)[0]
+        on_disk = [root / relative for root in roots if (root / relative).is_file()]
+        uri = on_disk[0].as_uri() if on_disk else f"file:///held-out/{relative}"
+        served = suggest(engine, info, settings, uri, position.document, position.offset, workspace)
         if served is None:
             continue
         ctx, result, suggestion, wall = served.context, served.result, served.text, served.wall_s
@@ -395,6 +407,8 @@ def describe_code(config: LinesConfig) -> str:
     )
     if config.stdlib:
         parts.append("held-out standard-library files (pretrained models saw the standard library)")
+    if config.imported_files:
+        parts.append("each file's imports read from its project on disk, as from a workspace folder")
     return "; ".join(parts)
 
 
@@ -594,6 +608,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="score only the --folder files, not the held-out standard library (which pretrained models saw)",
     )
     parser.add_argument(
+        "--imported-files",
+        action="store_true",
+        help="read the files each --folder file imports from disk (its parent as the workspace folder), "
+        "as the server does for a client's workspace",
+    )
+    parser.add_argument(
         "--first-line",
         action="store_true",
         help="stop each suggestion after its first line (all that exact next line and the gate read; faster)",
@@ -615,6 +635,7 @@ def command(args: argparse.Namespace) -> int:
         prompt_shape=(args.prompt_shapes or ["auto"])[0],
         stdlib=not args.no_stdlib,
         first_line_only=args.first_line,
+        imported_files=args.imported_files,
         **scoring,
     )
     return print_paths(write_report(run_lines(config), config.out, config.tag))

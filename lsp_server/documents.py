@@ -18,12 +18,16 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tree_sitter import Parser, Point, Tree
 
 from lsp_server.languages import canonical_language, new_parser
 from lsp_server.positions import LineIndex, char_index, units, utf8_len
 from lsp_server.positions import PositionError as PositionError  # raised here, caught by callers
+
+if TYPE_CHECKING:
+    from lsp_server.context.workspace import WorkspaceFiles
 
 ENCODINGS = ("utf-8", "utf-16", "utf-32")
 _LONE_CR = re.compile("\r(?!\n)")
@@ -151,6 +155,8 @@ class DocumentStore:
     def __init__(self, position_encoding: str = "utf-16") -> None:
         self.position_encoding = position_encoding
         self._documents: dict[str, Document] = {}
+        # The files on disk that open documents import (None: no workspace folder, or the setting is off).
+        self.workspace: WorkspaceFiles | None = None
 
     @property
     def position_encoding(self) -> str:
@@ -164,21 +170,7 @@ class DocumentStore:
 
     # -- lifecycle -------------------------------------------------------------------------------
     def open(self, uri: str, language_id: str, version: int, text: str) -> None:
-        language = canonical_language(language_id, uri)
-        parser = new_parser(language)
-        data = text.encode("utf-8", "surrogatepass")
-        self._documents[uri] = Document(
-            uri=uri,
-            language_id=language_id,
-            version=version,
-            text=text,
-            last_touched=time.monotonic(),
-            language=language,
-            data=data,
-            lines=LineIndex(text),
-            parser=parser,
-            lone_cr=_has_lone_cr(text),
-        )
+        self._documents[uri] = new_document(uri, language_id, version, text)
 
     def close(self, uri: str) -> None:
         if self._documents.pop(uri, None) is None:
@@ -203,6 +195,7 @@ class DocumentStore:
     def snapshot(self) -> DocumentStore:
         """Every document as it is now, for building a prompt while edits go on (see EngineWorker)."""
         copy = DocumentStore(self._encoding)
+        copy.workspace = self.workspace
         copy._documents = {uri: doc.snapshot() for uri, doc in self._documents.items()}
         return copy
 
@@ -295,6 +288,23 @@ class DocumentStore:
             raise
         doc.version = max(doc.version, version)  # never back: an old generation must not look current
         doc.last_touched = time.monotonic()
+
+
+def new_document(uri: str, language_id: str, version: int, text: str) -> Document:
+    """A document holding `text`, with its grammar's parser (the tree is parsed when first read)."""
+    language = canonical_language(language_id, uri)
+    return Document(
+        uri=uri,
+        language_id=language_id,
+        version=version,
+        text=text,
+        last_touched=time.monotonic(),
+        language=language,
+        data=text.encode("utf-8", "surrogatepass"),
+        lines=LineIndex(text),
+        parser=new_parser(language),
+        lone_cr=_has_lone_cr(text),
+    )
 
 
 def _has_lone_cr(text: str) -> bool:

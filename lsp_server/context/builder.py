@@ -45,6 +45,9 @@ class ContextSettings:
     # The gate (`gate.first_line_confidence`): no suggestion whose first line holds a token the model gave a
     # lower probability than this; 0 shows everything. Fit on held-out line starts (docs/line-starts.md).
     min_first_line_probability: float = 0.0
+    # Definitions from the workspace files the document imports, read from disk where they are not open
+    # (`context.workspace`); off: only open documents give context.
+    imported_files: bool = True
 
 
 @dataclass
@@ -217,10 +220,13 @@ def build_completion_context(
 
     budget = prompt_budget(info, settings)
     snippet_budget = int(budget * settings.snippet_fraction)
+    others = store.all_documents()
+    if settings.imported_files and store.workspace is not None:
+        others += store.workspace.imported_documents(doc, [other.uri for other in others])
     snippets = select_snippets(
         doc,
         offset,
-        store.all_documents(),
+        others,
         max_snippets=settings.max_snippets,
         budget_tokens=snippet_budget,
         count_tokens=count_tokens,

@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from pathlib import Path
 
 from lsprotocol import types
 from pygls.capabilities import ServerCapabilitiesBuilder
 
 from lsp_server.config import SettingsReport, settings_section
+from lsp_server.context.workspace import WorkspaceFiles
 from lsp_server.handlers.guard import guarded
 from lsp_server.language_server import SpeclsServer
 from lsp_server.protocol import refreshes_on_growth
@@ -23,6 +25,7 @@ def initialize(ls: SpeclsServer, params: types.InitializeParams) -> None:
         encoding.value if isinstance(encoding, types.PositionEncodingKind) else encoding
     )
     ls.scheduler.client_refreshes = refreshes_on_growth(params.capabilities)
+    ls.store.workspace = WorkspaceFiles.from_uris(workspace_uris(params))
     options = params.initialization_options
     if isinstance(options, Mapping):
         ls.client_settings = dict(settings_section(options))
@@ -32,6 +35,17 @@ def initialize(ls: SpeclsServer, params: types.InitializeParams) -> None:
     ls.pending_report.invalid += report.invalid
     ls.pending_report.unknown += report.unknown
     ls.scheduler.update_settings(ls.settings)
+
+
+def workspace_uris(params: types.InitializeParams) -> list[str]:
+    """The workspace folders the client opened: `workspaceFolders`, else the deprecated root URI or path."""
+    if params.workspace_folders:
+        return [folder.uri for folder in params.workspace_folders]
+    if params.root_uri:
+        return [params.root_uri]
+    return (
+        [Path(params.root_path).as_uri()] if params.root_path and Path(params.root_path).is_absolute() else []
+    )
 
 
 @guarded(None)

@@ -36,6 +36,7 @@ export interface ServerSettings {
   contextTokens: number;
   promptShape: string;
   minFirstLineProbability: number;
+  importedFiles: boolean;
 }
 
 type ServerKey = keyof ServerSettings;
@@ -73,6 +74,7 @@ export const SERVER_KEYS: readonly ServerKey[] = [
   "contextTokens",
   "promptShape",
   "minFirstLineProbability",
+  "importedFiles",
 ];
 
 /** Changing one of these means the model (or the process) must be started again. */
