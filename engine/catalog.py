@@ -39,6 +39,7 @@ from engine.catalog_entries import CatalogModel as CatalogModel
 from engine.catalog_entries import PromptShape as PromptShape
 from engine.catalog_entries import WheelPart as WheelPart
 from engine.catalog_entries import part_size as part_size
+from engine.costs import FirstLineEstimate
 
 Progress = Callable[[str], None]
 
@@ -52,11 +53,32 @@ def default_target(device_type: str = "cpu") -> str | None:
 
 
 def default_target_choice(device_type: str = "cpu") -> tuple[str | None, str]:
-    """`default_target` and why (`engine.hardware.choose_default_model` over this machine and the pulls)."""
+    """`default_target` and why (`engine.hardware.choose_default_model` over this machine and the pulls): on
+    a CPU with native bf16 and the larger model pulled, whether that model's first line fits the keystroke
+    budget, estimated from a calibration of this machine on its shapes (`engine.calibration`, cached)."""
     from engine.hardware import choose_default_model, native_bf16
 
     native = native_bf16() if device_type == "cpu" else (False, f"not a CPU: {device_type}")
-    return choose_default_model(device_type, native, {name for name in CATALOG if is_pulled(name)})
+    pulled = {name for name in CATALOG if is_pulled(name)}
+    return choose_default_model(device_type, native, pulled, _large_estimate(device_type, native[0], pulled))
+
+
+def _large_estimate(device_type: str, native: bool, pulled: set[str]) -> FirstLineEstimate | str | None:
+    """`engine.calibration.estimate_pair` for DEFAULT_LARGE_MODEL (and its draft when pulled) where the
+    choice needs it; a string saying why it failed; None where it is not needed."""
+    if device_type != "cpu" or not native or DEFAULT_LARGE_MODEL not in pulled:
+        return None
+    from engine.calibration import CALIBRATION_FILE, estimate_pair
+
+    draft = CATALOG[DEFAULT_LARGE_MODEL].draft_model
+    try:
+        return estimate_pair(
+            model_dir(DEFAULT_LARGE_MODEL),
+            model_dir(draft) if draft in pulled else None,
+            cache_dir() / CALIBRATION_FILE,
+        )
+    except Exception as exc:  # an unreadable config.json, a torch without bf16 matmuls
+        return f"calibration failed: {type(exc).__name__}: {exc}"
 
 
 class NotPulledError(RuntimeError):

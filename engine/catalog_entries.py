@@ -179,7 +179,7 @@ CATALOG: dict[str, CatalogModel] = {
 
 # The models `specls serve`, `specls demo` and the editors use when none is named: the best suggestions that
 # still arrive before the next key (README, "Which model"). The larger one, drafted by the smaller, where the
-# machine affords it (a CUDA GPU, a CPU with native bf16); the smaller elsewhere
-# (`engine.hardware.choose_default_model`).
+# machine affords it (a CUDA GPU; a CPU with native bf16 where a calibration finds its keystroke budget fits);
+# the smaller elsewhere (`engine.hardware.choose_default_model`).
 DEFAULT_MODEL = "qwen2.5-coder-0.5b"
 DEFAULT_LARGE_MODEL = "qwen2.5-coder-1.5b"

@@ -9,7 +9,7 @@ the same as a plain step; on this CPU a 10M-parameter target pays ~1.3x for 2 po
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -63,14 +63,150 @@ def conservative_speedup(costs: StepCosts, acceptance: float = CONSERVATIVE_ACCE
     """Tokens per plain step's time a draft model earns under these measured costs if each draft token is
     accepted with probability `acceptance`, at the best draft length (Leviathan et al. 2023, eq. 1); at least
     1, as the engine drafts nothing when drafting does not pay. Copying drafters are not credited: on code
-    that repeats nothing they propose nothing."""
-    from engine.drafters.sizing import best_draft_length
+    that repeats nothing they propose nothing. The rate is `engine.drafters.sizing.best_draft_length`'s at a
+    constant acceptance, written out here: `engine.drafters` imports this module, so importing it back would
+    close a loop."""
+    best, tokens = 1.0, 1.0  # k = 0: a plain step yields one token for one step
+    for k in range(1, CONSERVATIVE_MAX_DRAFT + 1):
+        tokens += acceptance**k  # 1 + E[accepted drafts]: the k-th is accepted with probability acceptance^k
+        best = max(best, tokens / costs.round_cost(k, drafted_by_model=True))
+    return best
 
-    def round_cost(k: int) -> float:
-        return costs.round_cost(k, drafted_by_model=True)
 
-    probs = [acceptance] * CONSERVATIVE_MAX_DRAFT
-    return max(1.0, best_draft_length(probs, round_cost, CONSERVATIVE_MAX_DRAFT)[1])
+# The keystroke budget (`lsp_server.scheduling.budget` applies it): the first suggestion in a just-opened file
+# reads MIN_PROMPT_TOKENS of prompt and writes FIRST_LINE_TOKENS within FIRST_SUGGESTION_S.
+FIRST_SUGGESTION_S = 1.5  # the first suggestion in a just-opened file, from request to ghost text
+FIRST_LINE_TOKENS = 12  # tokens of a typical first line of code, generated after the prompt is read
+MIN_PROMPT_TOKENS = 128  # below this the model sees too little of the file to be right
+
+
+def first_line_seconds(
+    step_s: float, prompt_tokens_per_s: float, speedup: float = 1.0
+) -> tuple[float, float]:
+    """Seconds to read MIN_PROMPT_TOKENS of prompt and to write a first line of FIRST_LINE_TOKENS at `step_s` a
+    step sped up by `speedup` (a draft model's credit, at least 1): the one arithmetic behind both the check of
+    a loaded model (`first_line_fit`) and the estimate made before loading one (`estimate_first_line`)."""
+    return MIN_PROMPT_TOKENS / prompt_tokens_per_s, FIRST_LINE_TOKENS * step_s / max(1.0, speedup)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A decoder's projection shapes, from its config.json (Qwen2/Llama-style: attention, gated MLP, lm_head)."""
+
+    hidden: int
+    intermediate: int
+    layers: int
+    vocab: int
+    heads: int
+    kv_heads: int
+    tied_embeddings: bool = False
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, object]) -> ModelShape:
+        def number(key: str, default: object = None) -> int:
+            value = config.get(key, default)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"config.json: {key} is {value!r}, not a positive integer")
+            return value
+
+        heads = number("num_attention_heads")
+        return cls(
+            hidden=number("hidden_size"),
+            intermediate=number("intermediate_size"),
+            layers=number("num_hidden_layers"),
+            vocab=number("vocab_size"),
+            heads=heads,
+            kv_heads=number("num_key_value_heads", heads),
+            tied_embeddings=bool(config.get("tie_word_embeddings", False)),
+        )
+
+    @property
+    def layer_params(self) -> int:
+        """One layer's projections: q and o (hidden x hidden), k and v (hidden x kv width), the gated MLP."""
+        kv_width = self.hidden // self.heads * self.kv_heads
+        return 2 * self.hidden * (self.hidden + kv_width) + 3 * self.hidden * self.intermediate
+
+    @property
+    def step_params(self) -> int:
+        """The weights one decode step streams: every layer's projections and the lm_head (one embedding row
+        is all the input side reads)."""
+        return self.layers * self.layer_params + self.vocab * self.hidden
+
+    @property
+    def params(self) -> int:
+        """All parameters (what `configure_threads` sizes threads by), norms and biases aside."""
+        return self.step_params + (0 if self.tied_embeddings else self.vocab * self.hidden)
+
+
+@dataclass(frozen=True)
+class MachineRates:
+    """What `engine.calibration` measured of this machine on a model's largest projection, before loading it."""
+
+    bytes_per_s: float  # weight bytes a one-row matmul streams per second (a decode step)
+    param_tokens_per_s: float  # parameters x rows a PROMPT_ROWS-row matmul gets through per second (a prompt)
+    bytes_per_param: int  # 2: bf16
+    threads: int
+    source: str = ""  # how it was measured, or where it was cached
+
+
+PROMPT_ROWS = 128  # rows of the prompt-reading matmul timed by the calibration
+ESTIMATED_WIDTHS = (1, 2, 4, 8, 16)
+
+
+@dataclass(frozen=True)
+class FirstLineEstimate:
+    """A model's first line in a just-opened file, estimated before loading it (`estimate_first_line`)."""
+
+    step_s: float
+    prompt_tokens_per_s: float
+    speedup: float  # the draft model's conservative credit (1: no draft)
+    read_s: float
+    line_s: float
+    rates: MachineRates
+
+    @property
+    def seconds(self) -> float:
+        return self.read_s + self.line_s
+
+    def fits(self, seconds: float = FIRST_SUGGESTION_S) -> bool:
+        return self.seconds <= seconds
+
+    def detail(self, seconds: float = FIRST_SUGGESTION_S) -> str:
+        drafted = f", / {self.speedup:.2f} for the draft model" if self.speedup > 1 else ""
+        threads = f"{self.rates.threads} thread{'s' if self.rates.threads > 1 else ''}"
+        return (
+            f"estimated first line {self.seconds:.1f} s {'<=' if self.fits(seconds) else '>'} {seconds:g} s "
+            f"budget (step ~{self.step_s * 1000:.0f} ms at {self.rates.bytes_per_s / 1e9:.1f} GB/s measured"
+            f"{drafted}; prompt ~{self.prompt_tokens_per_s:.0f} tokens/s; {threads}; {self.rates.source})"
+        )
+
+
+def estimate_first_line(
+    target: ModelShape, rates: MachineRates, draft: ModelShape | None
+) -> FirstLineEstimate:
+    """The first-line time `first_line_fit` would find once `target` is loaded (drafted by `draft`), from
+    `rates`: a step streams the target's weights at the measured bytes/s (what else a step does, attention
+    and norms, is ~10% of it on one core of the AMX Xeon and hidden at two: the 1.5B's step estimated 268 and
+    153 ms, measured 290 and 141 ms); a prompt passes the layers' weights at the measured parameter-rows/s; a
+    verify of k drafts costs what a (k + 1)-row matmul does, interpolated between the one-row and the
+    PROMPT_ROWS-row rates; a draft step streams the draft's weights in the target's dtype (its int4 steps on
+    AVX-512 are faster: the credit is a lower bound). The draft is credited `conservative_speedup`."""
+
+    def step_s(shape: ModelShape) -> float:
+        return shape.step_params * rates.bytes_per_param / rates.bytes_per_s
+
+    step = step_s(target)
+    prompt_tokens_per_s = rates.param_tokens_per_s / (target.layers * target.layer_params)
+    speedup = 1.0
+    if draft is not None:
+        one_row = rates.bytes_per_param / rates.bytes_per_s  # seconds a parameter costs at one row
+        prompt_rows = PROMPT_ROWS / rates.param_tokens_per_s
+        per_row = max(0.0, prompt_rows - one_row) / (PROMPT_ROWS - 1)
+        verify = tuple(1 + k * per_row / one_row for k in ESTIMATED_WIDTHS)
+        costs = StepCosts(widths=ESTIMATED_WIDTHS, verify=verify, draft_step=step_s(draft) / step)
+        speedup = conservative_speedup(costs)
+    read_s, line_s = first_line_seconds(step, prompt_tokens_per_s, speedup)
+    return FirstLineEstimate(step, prompt_tokens_per_s, speedup, read_s, line_s, rates)
 
 
 # A step this slow is timed well by a few rounds (noise is a small share of it), and each extra round of all

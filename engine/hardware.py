@@ -9,7 +9,8 @@ functions, so a figure in bench/results/ ran what a user runs):
   W8A8 (`engine.quantize.RowwiseInt8Linear`) on a CPU without native bf16, int4 draft steps on AVX-512,
   the model's dtype elsewhere;
 - threads (`configure_threads`);
-- the model loaded when none is named (`choose_default_model`), before any of the above.
+- the model loaded when none is named (`choose_default_model`), before any of the above, from a calibration
+  of this machine on the candidate's own shapes (`engine.calibration`).
 
 One size threshold serves them all: below OVERHEAD_BOUND_PARAMS a decode step is per-call overhead, not
 reading weights, so neither bf16, nor quantized weights, nor a second thread make it faster.
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from engine.api import QUANTIZATIONS, Quantization
 from engine.catalog_entries import CATALOG, DEFAULT_LARGE_MODEL, DEFAULT_MODEL
+from engine.costs import FirstLineEstimate
 
 # Measured on the bundled pair (2.9M and 10M parameters): whole-model bf16 slower than fp32 (STACK-NOTES); the
 # draft's int4 step 5.2 ms against 1.2 ms in fp32 (`specls bench throughput`'s step-cost timer); plain
@@ -37,8 +39,9 @@ _BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 SINGLE_THREAD_BELOW_PARAMS = OVERHEAD_BOUND_PARAMS
 
 
-def configure_threads(num_threads: int | None = None, target_params: int | None = None) -> int:
-    """One thread for small models (see SINGLE_THREAD_BELOW_PARAMS); otherwise up to 8, as scaling stops there."""
+def default_threads(num_threads: int | None = None, target_params: int | None = None) -> int:
+    """The thread count `configure_threads` sets: one for small models (see SINGLE_THREAD_BELOW_PARAMS);
+    otherwise up to 8, as scaling stops there."""
     import os
 
     import torch
@@ -47,7 +50,14 @@ def configure_threads(num_threads: int | None = None, target_params: int | None 
         num_threads = 1
     if num_threads is None:
         num_threads = min(torch.get_num_threads(), os.cpu_count() or 1, 8)
-    torch.set_num_threads(max(1, num_threads))
+    return max(1, num_threads)
+
+
+def configure_threads(num_threads: int | None = None, target_params: int | None = None) -> int:
+    """Set torch's threads to `default_threads`; returns what torch then uses."""
+    import torch
+
+    torch.set_num_threads(default_threads(num_threads, target_params))
     return torch.get_num_threads()
 
 
@@ -178,24 +188,40 @@ def choose_draft_quantization(
 
 
 def choose_default_model(
-    device_type: str, bf16_native: tuple[bool, str], pulled: Collection[str]
+    device_type: str,
+    bf16_native: tuple[bool, str],
+    pulled: Collection[str],
+    estimate: FirstLineEstimate | str | None = None,
 ) -> tuple[str | None, str]:
     """The catalog model to load when none is named, and why; None: the bundled pair (nothing usable pulled).
 
-    The larger model, drafted by the smaller, where the machine affords it: any CUDA GPU, and a CPU with
-    native bf16 (on this 2-core AMX Xeon the 1.5B drafted by the 0.5B decodes 2.51x faster than the 1.5B
-    alone, bench/results/throughput-qwen15-pair-warm-bf16-amx-cpu.md, and writes the exact next line more
-    often than the 0.5B). Elsewhere the smaller: without native bf16 the 0.5B's W8A8 step is already ~105 ms
-    (bench/results/decode-speed-qwen05-avx2-emulated-w8a8.md), and a 1.5B's would be ~3x that. Loading both
-    to compare would cost the start seconds; the server checks the loaded model's own measured step against
-    the keystroke budget afterwards (`lsp_server.scheduling.budget.first_line_fit`).
+    The larger model, drafted by the smaller, wherever its keystroke budget fits: on any CUDA GPU, and on a
+    CPU with native bf16 where `estimate` (its first line in a just-opened file, estimated before loading by
+    `engine.calibration` from a timing of its own projection shape on this machine) fits FIRST_SUGGESTION_S.
+    A string `estimate` says why there is none. Native bf16 alone does not make a CPU fast enough: on the
+    2-core AMX Xeon the 1.5B's bf16 step streams 3.1 GB of weights, ~290 ms on one core
+    (bench/results/decode-speed-qwen15-pair-bf16-amx-vs-llama-server-cpu.md) and ~140 ms on both while
+    nothing else runs, so its first line is estimated at ~1.9 s even drafted (loaded, it measured 1.44 s on an
+    idle machine: at the budget's edge). Elsewhere the smaller: without native bf16 the 0.5B's W8A8 step is
+    already ~105 ms (bench/results/decode-speed-qwen05-avx2-emulated-w8a8.md), and a 1.5B's would be ~3x that.
+    The server confirms the choice after load with the loaded model's own measured costs
+    (`lsp_server.scheduling.budget.first_line_fit`, the same arithmetic).
     """
     large, small = DEFAULT_LARGE_MODEL, DEFAULT_MODEL
     native, evidence = bf16_native
+    affords: bool | None  # None: it may, once pulled and calibrated
     if device_type == "cuda":
-        affords, why = True, "a CUDA GPU"
+        affords, why = (
+            True,
+            "a CUDA GPU (no calibration needed: the 1.5B pair fits its keystroke budget there)",
+        )
+    elif device_type == "cpu" and native and isinstance(estimate, FirstLineEstimate):
+        affords = estimate.fits()
+        why = f"on this CPU with native bf16 ({evidence}) the {large} pair's {estimate.detail()}"
     elif device_type == "cpu" and native:
-        affords, why = True, f"a CPU with native bf16 ({evidence})"
+        affords = None if large not in pulled else False
+        why = f"a CPU with native bf16 ({evidence}), but the {large}'s keystroke budget was not estimated"
+        why += f" ({estimate})" if estimate else ""
     elif device_type == "cpu":
         affords = False
         why = f"no native bf16 ({evidence}): a {large} step would take ~3x the {small}'s ~105 ms (W8A8)"
@@ -208,6 +234,12 @@ def choose_default_model(
             f"drafted by {draft}" if draft in pulled else f"`specls pull {draft}` lets {draft} draft for it"
         )
         return large, f"{why} affords the {large} (better suggestions than the {small}); {drafted}"
+    if affords is None:  # a bf16 CPU without the large model: whether it fits is measured once it is pulled
+        maybe = f"`specls pull {large}` may give better suggestions: it is the default where a calibration "
+        maybe += "finds it fits the keystroke budget"
+        if small in pulled:
+            return small, f"only the {small} is pulled; on this CPU with native bf16 ({evidence}) {maybe}"
+        return None, f"nothing is pulled, so the bundled pair runs: `specls pull {small}`; {maybe}"
     if affords and small in pulled:
         return small, (
             f"{why} affords the {large}, but only the {small} is pulled: `specls pull {large}` would give "
@@ -219,6 +251,6 @@ def choose_default_model(
             f"nothing is pulled, so the bundled pair runs; {why} affords the {large}: `specls pull {large}`",
         )
     if small in pulled:
-        return small, why
+        return small, f"{why}: the {small}" if device_type == "cpu" and native else why
     anyway = f" (`--target {large}` runs the pulled {large} anyway)" if large in pulled else ""
     return None, f"the {small} is not pulled, so the bundled pair runs: `specls pull {small}`{anyway}; {why}"

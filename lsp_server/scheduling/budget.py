@@ -13,10 +13,10 @@ that finished) keeps its full size: its uncached part is a few tokens. Where the
 from __future__ import annotations
 
 from engine.api import BackendInfo
-
-FIRST_SUGGESTION_S = 1.5  # the first suggestion in a just-opened file, from request to ghost text
-FIRST_LINE_TOKENS = 12  # tokens of a typical first line of code, generated after the prompt is read
-MIN_PROMPT_TOKENS = 128  # below this the model sees too little of the file to be right
+from engine.costs import FIRST_LINE_TOKENS as FIRST_LINE_TOKENS
+from engine.costs import FIRST_SUGGESTION_S as FIRST_SUGGESTION_S
+from engine.costs import MIN_PROMPT_TOKENS as MIN_PROMPT_TOKENS
+from engine.costs import first_line_seconds
 
 
 def reading_s(uncached_tokens: int, info: BackendInfo) -> float | None:
@@ -65,12 +65,13 @@ def first_line_fit(
     """Whether the loaded model can bring a first suggestion in a just-opened file within `seconds`, and the
     numbers: reading the smallest prompt the budget allows (MIN_PROMPT_TOKENS) and writing FIRST_LINE_TOKENS at
     the measured step, sped up only by what a draft model earns at a conservative acceptance
-    (`BackendInfo.speculative_speedup`). None where the engine measured nothing."""
+    (`BackendInfo.speculative_speedup`), as `engine.costs.first_line_seconds` computes it (the default model
+    was chosen by the same arithmetic over a calibration, `engine.costs.estimate_first_line`). None where the
+    engine measured nothing."""
     if info.step_s <= 0 or info.prompt_tokens_per_s <= 0:
         return None, "not measured by this backend"
     speedup = info.speculative_speedup if drafter in MODEL_DRAFTERS else 1.0
-    line_s = FIRST_LINE_TOKENS * info.step_s / max(1.0, speedup)
-    read_s = MIN_PROMPT_TOKENS / info.prompt_tokens_per_s
+    read_s, line_s = first_line_seconds(info.step_s, info.prompt_tokens_per_s, speedup)
     fits = line_s + read_s <= seconds
     drafted = f" / {speedup:.2f} (the draft model, conservatively)" if speedup > 1 else ""
     return fits, (

@@ -1,13 +1,20 @@
-"""The model loaded when none is named (`engine.hardware.choose_default_model`): the largest one the machine
-affords among those pulled, and a reason that says what to pull for better; table-tested without models."""
+"""The model loaded when none is named (`engine.hardware.choose_default_model`): the largest one whose keystroke
+budget fits on this machine (estimated before loading by `engine.calibration`) among those pulled, and a
+reason that says what to pull for better; table-tested without models."""
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import engine.calibration
 import engine.hardware
+from engine.api import BackendInfo
+from engine.calibration import CALIBRATION_FILE, calibrated_rates, measure_rates
 from engine.catalog import (
     DEFAULT_LARGE_MODEL,
     DEFAULT_MODEL,
@@ -16,7 +23,14 @@ from engine.catalog import (
     default_target_choice,
     model_dir,
 )
-from engine.costs import StepCosts, conservative_speedup
+from engine.costs import (
+    MachineRates,
+    ModelShape,
+    StepCosts,
+    conservative_speedup,
+    estimate_first_line,
+    first_line_seconds,
+)
 from engine.hardware import choose_default_model
 
 LARGE, SMALL = DEFAULT_LARGE_MODEL, DEFAULT_MODEL
@@ -24,28 +38,91 @@ AMX = (True, "CPU flags avx512_bf16, amx_bf16")
 AVX2 = (False, "torch runs AVX2 kernels on this CPU")
 BOTH = {LARGE, SMALL}
 
+# The pair's shapes, as their config.json files give them (the pulled folders' own).
+QWEN15_CONFIG = {
+    "hidden_size": 1536,
+    "intermediate_size": 8960,
+    "num_hidden_layers": 28,
+    "vocab_size": 151936,
+    "num_attention_heads": 12,
+    "num_key_value_heads": 2,
+    "tie_word_embeddings": False,
+}
+QWEN05_CONFIG = {**QWEN15_CONFIG, "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24}
+QWEN05_CONFIG["num_attention_heads"] = 14
+QWEN15, QWEN05 = ModelShape.from_config(QWEN15_CONFIG), ModelShape.from_config(QWEN05_CONFIG)
+# One core of the 2-core AMX Xeon, as the calibration measures it (one-row matmuls at ~11.5 GB/s, 128-row
+# ones at ~390 G parameter-rows/s), and a machine with three times its bandwidth and five times its compute.
+XEON_CORE = MachineRates(11.5e9, 390e9, bytes_per_param=2, threads=1, source="test")
+FAST_CPU = MachineRates(40e9, 2e12, bytes_per_param=2, threads=8, source="test")
+SLOW = estimate_first_line(QWEN15, XEON_CORE, QWEN05)
+FITS = estimate_first_line(QWEN15, FAST_CPU, QWEN05)
+
 
 @pytest.mark.parametrize(
-    ("device", "native", "pulled", "expected", "said"),
+    ("device", "native", "pulled", "estimate", "expected", "said"),
     [
-        ("cuda", (False, "not a CPU"), BOTH, LARGE, f"drafted by {SMALL}"),
-        ("cpu", AMX, BOTH, LARGE, "native bf16 (CPU flags avx512_bf16, amx_bf16)"),
-        ("cpu", AMX, {LARGE}, LARGE, f"`specls pull {SMALL}` lets {SMALL} draft"),
-        ("cpu", AMX, {SMALL}, SMALL, f"`specls pull {LARGE}` would give better suggestions on this machine"),
-        ("cuda", (False, "not a CPU"), {SMALL}, SMALL, f"`specls pull {LARGE}`"),
+        ("cuda", (False, "not a CPU"), BOTH, None, LARGE, f"drafted by {SMALL}"),
+        ("cuda", (False, "not a CPU"), BOTH, None, LARGE, "no calibration needed"),
+        ("cpu", AMX, BOTH, FITS, LARGE, "native bf16 (CPU flags avx512_bf16, amx_bf16)"),
+        (
+            "cpu",
+            AMX,
+            BOTH,
+            FITS,
+            LARGE,
+            "estimated first line 0.8 s <= 1.5 s budget (step ~77 ms at 40.0 GB/s",
+        ),
+        (
+            "cpu",
+            AMX,
+            BOTH,
+            SLOW,
+            SMALL,
+            "estimated first line 3.1 s > 1.5 s budget (step ~268 ms at 11.5 GB/s",
+        ),
+        (
+            "cpu",
+            AMX,
+            BOTH,
+            "calibration failed: OSError",
+            SMALL,
+            "not estimated (calibration failed: OSError)",
+        ),
+        ("cpu", AMX, {LARGE}, FITS, LARGE, f"`specls pull {SMALL}` lets {SMALL} draft"),
+        (
+            "cpu",
+            AMX,
+            {LARGE},
+            SLOW,
+            None,
+            f"`specls pull {SMALL}` (`--target {LARGE}` runs the pulled {LARGE}",
+        ),
+        (
+            "cpu",
+            AMX,
+            {SMALL},
+            None,
+            SMALL,
+            f"`specls pull {LARGE}` may give better suggestions: it is the default where a calibration finds",
+        ),
+        ("cuda", (False, "not a CPU"), {SMALL}, None, SMALL, f"`specls pull {LARGE}`"),
         (
             "cpu",
             AMX,
             set(),
             None,
-            f"the bundled pair runs; a CPU with native bf16 (CPU flags avx512_bf16, amx_bf16) affords the {LARGE}: `specls pull {LARGE}`",
+            None,
+            f"nothing is pulled, so the bundled pair runs: `specls pull {SMALL}`; `specls pull {LARGE}` may give",
         ),
-        ("cpu", AVX2, BOTH, SMALL, "no native bf16 (torch runs AVX2 kernels on this CPU)"),
-        ("cpu", AVX2, {SMALL}, SMALL, "past the keystroke budget"),
+        ("cpu", AVX2, BOTH, None, SMALL, "no native bf16 (torch runs AVX2 kernels on this CPU)"),
+        ("cpu", AVX2, BOTH, FITS, SMALL, "no native bf16"),  # the W8A8 rule is a class rule
+        ("cpu", AVX2, {SMALL}, None, SMALL, "past the keystroke budget"),
         (
             "cpu",
             AVX2,
             {LARGE},
+            None,
             None,
             f"`specls pull {SMALL}` (`--target {LARGE}` runs the pulled {LARGE} anyway)",
         ),
@@ -54,18 +131,36 @@ BOTH = {LARGE, SMALL}
             AVX2,
             set(),
             None,
+            None,
             f"the {SMALL} is not pulled, so the bundled pair runs: `specls pull {SMALL}`;",
         ),
-        ("mps", (False, "not a CPU"), BOTH, SMALL, f"the {LARGE} was never measured on mps"),
-        ("cpu", AMX, {"smollm2-135m"}, None, "nothing is pulled"),  # other pulls never become the default
+        ("mps", (False, "not a CPU"), BOTH, None, SMALL, f"the {LARGE} was never measured on mps"),
+        (
+            "cpu",
+            AMX,
+            {"smollm2-135m"},
+            None,
+            None,
+            "nothing is pulled",
+        ),  # other pulls never become the default
     ],
 )
-def test_the_largest_affordable_pulled_model_wins(
-    device: str, native: tuple[bool, str], pulled: set[str], expected: str | None, said: str
+def test_the_largest_pulled_model_whose_budget_fits_wins(
+    device: str, native: tuple[bool, str], pulled: set[str], estimate: Any, expected: str | None, said: str
 ) -> None:
-    name, reason = choose_default_model(device, native, pulled)
+    name, reason = choose_default_model(device, native, pulled, estimate)
     assert name == expected
     assert said in reason
+
+
+def test_a_slow_bf16_cpu_gets_the_small_model_with_the_numbers() -> None:
+    name, reason = choose_default_model("cpu", AMX, BOTH, SLOW)
+    assert name == SMALL and reason.endswith(f": the {SMALL}")
+    assert reason.startswith(
+        f"on this CPU with native bf16 (CPU flags avx512_bf16, amx_bf16) the {LARGE} pair's"
+    )
+    assert "prompt ~" in reason and "for the draft model" in reason
+    assert f"specls pull {LARGE}" not in reason
 
 
 def test_a_better_model_is_suggested_only_where_it_would_fit() -> None:
@@ -73,27 +168,60 @@ def test_a_better_model_is_suggested_only_where_it_would_fit() -> None:
 
 
 def _pull(*names: str) -> None:
+    configs = {LARGE: QWEN15_CONFIG, SMALL: QWEN05_CONFIG}
     for name in names:
         model_dir(name).mkdir(parents=True)
+        (model_dir(name) / "config.json").write_text(json.dumps(configs.get(name, QWEN05_CONFIG)))
         (model_dir(name) / PULL_RECORD).write_text("{}")
 
 
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("SPECLS_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("SPECLS_RECALIBRATE", raising=False)
     return tmp_path
 
 
-@pytest.mark.parametrize(("native", "expected"), [(AMX, LARGE), (AVX2, SMALL)])
-def test_default_target_reads_this_machine_and_the_pulls(
-    cache: Path, monkeypatch: pytest.MonkeyPatch, native: tuple[bool, str], expected: str
+def _calibrates_as(monkeypatch: pytest.MonkeyPatch, rates: MachineRates) -> list[ModelShape]:
+    """Make the calibration report `rates` without timing anything; the shapes it was asked about."""
+    asked: list[ModelShape] = []
+
+    def measure(shape: ModelShape, dtype_name: str = "bf16", threads: int = 1) -> dict[str, Any]:
+        asked.append(shape)
+        return {
+            "bytes_per_s": rates.bytes_per_s,
+            "param_tokens_per_s": rates.param_tokens_per_s,
+            "calibration_s": 0.25,
+            "measured_at": "2026-12-03T00:00:00Z",
+        }
+
+    monkeypatch.setattr(engine.calibration, "measure_rates", measure)
+    return asked
+
+
+@pytest.mark.parametrize(("native", "rates", "expected"), [(AMX, FAST_CPU, LARGE), (AMX, XEON_CORE, SMALL)])
+def test_default_target_calibrates_this_machine_on_the_pulled_shapes(
+    cache: Path, monkeypatch: pytest.MonkeyPatch, native: tuple[bool, str], rates: MachineRates, expected: str
 ) -> None:
     monkeypatch.setattr(engine.hardware, "native_bf16", lambda: native)
+    asked = _calibrates_as(monkeypatch, rates)
     assert default_target("cpu") is None
+    assert asked == []  # nothing pulled: nothing to calibrate
     _pull(SMALL, LARGE)
     assert default_target("cpu") == expected
-    assert default_target_choice("cpu") == choose_default_model("cpu", native, BOTH)
-    assert default_target("cuda") == LARGE  # any CUDA GPU affords it, whatever the CPU
+    assert asked == [QWEN15]  # the large model's own shape, once: the second call read the cache
+    name, reason = default_target_choice("cpu")
+    assert name == expected and "calibrated 2026-12-03T00:00:00Z, cached in" in reason
+    assert asked == [QWEN15]
+    assert default_target("cuda") == LARGE  # any CUDA GPU affords it, whatever the CPU, uncalibrated
+    assert len(asked) == 1
+
+
+def test_the_avx2_rule_needs_no_calibration(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine.hardware, "native_bf16", lambda: AVX2)
+    asked = _calibrates_as(monkeypatch, FAST_CPU)
+    _pull(SMALL, LARGE)
+    assert default_target("cpu") == SMALL and asked == []
 
 
 def test_the_server_names_why_and_a_setting_overrides(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -101,11 +229,11 @@ def test_the_server_names_why_and_a_setting_overrides(cache: Path, monkeypatch: 
     from lsp_server.config import ServerSettings
 
     monkeypatch.setattr(engine.hardware, "native_bf16", lambda: AMX)
+    _calibrates_as(monkeypatch, FAST_CPU)
     _pull(SMALL, LARGE)
-    assert local_target_choice(ServerSettings(device="cpu")) == (
-        LARGE,
-        choose_default_model("cpu", AMX, BOTH)[1],
-    )
+    assert "calibrated now" in default_target_choice("cpu")[1]  # later calls read the cache
+    chosen = default_target_choice("cpu")
+    assert chosen[0] == LARGE and local_target_choice(ServerSettings(device="cpu")) == chosen
     named, why = local_target_choice(ServerSettings(device="cpu", target=SMALL))
     assert named == SMALL and "named" in why
 
@@ -123,6 +251,19 @@ def test_doctor_says_which_model_and_why(cache: Path, monkeypatch: pytest.Monkey
     assert check_model_choice(LARGE, None, "cpu")[0] == LARGE
 
 
+def test_doctor_shows_the_estimate_behind_the_choice(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lsp_server.app.commands.doctor_models import check_model_choice
+
+    monkeypatch.setattr(engine.hardware, "native_bf16", lambda: AMX)
+    _calibrates_as(monkeypatch, XEON_CORE)
+    _pull(SMALL, LARGE)
+    default_target_choice("cpu")  # a server start calibrated; doctor reads the cache
+    target, (check,) = check_model_choice(None, None, "cpu")
+    assert target == SMALL and check.status == "ok"
+    assert check.detail.startswith(f"{SMALL}: on this CPU with native bf16") and check.detail.endswith(SMALL)
+    assert "estimated first line" in check.detail and "SPECLS_RECALIBRATE=1 redoes it" in check.detail
+
+
 # The 1.5B with the 0.5B drafting on the 2-core AMX Xeon (throughput-qwen15-pair-warm-bf16-amx-cpu.md):
 # a draft step 0.17 target steps, verifies of 1-16 drafts 1.01-1.41 steps.
 QWEN15_PAIR = StepCosts(widths=(1, 2, 4, 8, 16), verify=(1.01, 1.04, 1.04, 1.07, 1.41), draft_step=0.17)
@@ -132,6 +273,17 @@ def test_the_conservative_speedup_is_well_below_the_measured_one() -> None:
     speedup = conservative_speedup(QWEN15_PAIR)
     assert 1.3 < speedup < 2.51  # measured 2.51x at an acceptance of 0.91
     assert conservative_speedup(QWEN15_PAIR, acceptance=0.91) > speedup
+
+
+@pytest.mark.parametrize("acceptance", [0.0, 0.3, 0.6, 0.91])
+def test_the_conservative_speedup_is_the_draft_sizers_rate(acceptance: float) -> None:
+    from engine.drafters.sizing import best_draft_length
+
+    def round_cost(k: int) -> float:
+        return QWEN15_PAIR.round_cost(k, drafted_by_model=True)
+
+    rate = best_draft_length([acceptance] * 8, round_cost, 8)[1]
+    assert conservative_speedup(QWEN15_PAIR, acceptance) == pytest.approx(max(1.0, rate))
 
 
 def test_a_draft_that_never_pays_earns_nothing() -> None:
@@ -161,7 +313,7 @@ def test_stats_say_which_model_runs_why_and_whether_it_fits() -> None:
     info = BackendInfo(
         "local", LARGE, SMALL, (), 8192, "cpu", step_s=0.05, prompt_tokens_per_s=650, model_choice="because"
     )
-    ls = SimpleNamespace(
+    ls: Any = SimpleNamespace(  # the parts of a SpeclsServer that stats read
         scheduler=SimpleNamespace(stats=Statistics(), state="ready", info=info),
         settings=SimpleNamespace(backend="local", first_line_first=True, drafter="hybrid"),
         store=SimpleNamespace(position_encoding="utf-16"),
@@ -171,3 +323,74 @@ def test_stats_say_which_model_runs_why_and_whether_it_fits() -> None:
     assert stats["keystroke_budget"]["fits"] is True and stats["keystroke_budget"]["detail"].startswith(
         "fits: "
     )
+
+
+def test_the_shapes_give_the_weights_a_step_streams() -> None:
+    assert QWEN15.step_params == 1_543_569_408  # 3.09 GB in bf16, the lm_head's 233M included
+    assert QWEN15.params == 1_776_943_104  # + the embeddings (the loaded model's 1,777,088,000, norms aside)
+    assert QWEN05.step_params == 493_961_216
+    with pytest.raises(ValueError, match="hidden_size"):
+        ModelShape.from_config({**QWEN15_CONFIG, "hidden_size": None})
+
+
+def test_the_estimate_is_the_after_load_arithmetic_over_the_calibrated_rates() -> None:
+    from lsp_server.scheduling.budget import first_line_fit
+
+    step = QWEN15.step_params * 2 / XEON_CORE.bytes_per_s  # 3.09 GB of bf16 weights a step
+    assert SLOW.step_s == pytest.approx(step) and 0.25 < step < 0.29  # measured: 290 ms on one core
+    assert SLOW.prompt_tokens_per_s == pytest.approx(390e9 / (28 * QWEN15.layer_params))
+    assert 1.0 < SLOW.speedup < conservative_speedup(QWEN15_PAIR)  # the draft priced at its bf16 bytes
+    assert (SLOW.read_s, SLOW.line_s) == first_line_seconds(
+        SLOW.step_s, SLOW.prompt_tokens_per_s, SLOW.speedup
+    )
+    assert not SLOW.fits() and FITS.fits() and SLOW.fits(seconds=4.0)
+    plain = estimate_first_line(QWEN15, XEON_CORE, None)
+    assert plain.speedup == 1.0 and plain.seconds > SLOW.seconds
+    # Loaded with exactly these costs, the server's own check finds the same seconds.
+    for estimate in (SLOW, FITS):
+        info = BackendInfo(
+            "local",
+            LARGE,
+            SMALL,
+            (),
+            8192,
+            "cpu",
+            step_s=estimate.step_s,
+            prompt_tokens_per_s=estimate.prompt_tokens_per_s,
+            speculative_speedup=estimate.speedup,
+        )
+        fits, detail = first_line_fit(info)
+        assert fits == estimate.fits() and f"take {estimate.seconds:.2f} s" in detail
+
+
+def test_the_calibration_measures_positive_finite_rates_on_a_tiny_shape() -> None:
+    tiny = ModelShape(hidden=64, intermediate=128, layers=2, vocab=256, heads=4, kv_heads=2)
+    measured = measure_rates(tiny, "bf16", threads=1, budget_bytes=4 * 64 * 128 * 2, rounds=1)
+    assert measured["copies"] == 4 and measured["matrix"] == [128, 64]
+    for key in ("bytes_per_s", "param_tokens_per_s", "one_row_s", "prompt_rows_s", "calibration_s"):
+        assert math.isfinite(measured[key]) and measured[key] > 0, key
+
+
+def test_the_calibration_is_cached_and_redone_on_request_or_a_new_torch(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked = _calibrates_as(monkeypatch, XEON_CORE)
+    cache_file = cache / CALIBRATION_FILE
+    first = calibrated_rates(QWEN15, cache_file, threads=1)
+    assert (first.bytes_per_s, first.param_tokens_per_s, first.threads) == (11.5e9, 390e9, 1)
+    assert "calibrated now in 0.25 s" in first.source and len(asked) == 1
+    stored = json.loads(cache_file.read_text())
+    (entry,) = stored["entries"].values()
+    assert entry["bytes_per_s"] == 11.5e9 and stored["torch"]
+    again = calibrated_rates(QWEN15, cache_file, threads=1)
+    assert again.bytes_per_s == first.bytes_per_s and "cached in" in again.source and len(asked) == 1
+    calibrated_rates(QWEN15, cache_file, threads=2)  # another thread count is another measurement
+    calibrated_rates(QWEN05, cache_file, threads=1)  # and so is another shape
+    assert len(asked) == 3 and len(json.loads(cache_file.read_text())["entries"]) == 3
+    monkeypatch.setenv("SPECLS_RECALIBRATE", "1")
+    calibrated_rates(QWEN15, cache_file, threads=1)
+    assert len(asked) == 4
+    monkeypatch.delenv("SPECLS_RECALIBRATE")
+    cache_file.write_text(json.dumps({**json.loads(cache_file.read_text()), "torch": "0.0.1"}))
+    calibrated_rates(QWEN15, cache_file, threads=1)
+    assert len(asked) == 5 and len(json.loads(cache_file.read_text())["entries"]) == 1  # stale ones dropped

@@ -1,0 +1,157 @@
+"""How fast this machine runs a model it has not loaded yet: a calibration on the model's own shapes.
+
+Loading both default candidates to compare them would cost the start seconds, and a CPU class (native bf16
+or not) says nothing of memory bandwidth: a 2-core AMX Xeon streams a 1.5B model's 3.1 GB of bf16 weights
+in ~290 ms a step, too slow for the keystroke budget although it computes bf16 natively. So before loading,
+`measure_rates` times, in the dtype and with the threads the model would run with, a matmul of the model's
+largest projection (the gated MLP's hidden x intermediate, from its config.json) at one row (a decode step:
+streaming weights) and at PROMPT_ROWS rows (reading a prompt), over enough distinct copies of that matrix
+(CALIBRATION_BYTES in all) that no cache holds them, each size the fastest of a few rounds. That takes well
+under a second and is cached as JSON in the specls cache dir (CALIBRATION_FILE), keyed by the machine, the
+torch version, the dtype, the threads and the shape; SPECLS_RECALIBRATE=1 redoes it, and a new torch version
+drops the old entries. `engine.costs.estimate_first_line` turns the rates into the first-line time the
+server would check after load (`lsp_server.scheduling.budget.first_line_fit`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import platform
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from engine.costs import PROMPT_ROWS, FirstLineEstimate, MachineRates, ModelShape, estimate_first_line
+from engine.hardware import default_threads
+
+CALIBRATION_FILE = "calibration.json"
+CALIBRATION_BYTES = 192 * 2**20  # past what this Xeon's caches flatter (one 27 MB matrix: 17 GB/s, 8: 12)
+CALIBRATION_ROUNDS = 3  # after one warm-up round; the fastest counts (a neighbour only ever adds time)
+RECALIBRATE_ENV = "SPECLS_RECALIBRATE"
+BYTES_PER_PARAM = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+def read_shape(folder: Path) -> ModelShape:
+    return ModelShape.from_config(json.loads((folder / "config.json").read_text(encoding="utf-8")))
+
+
+def machine_key() -> str:
+    """This machine, as a calibration depends on it: the CPU model, its core count and the OS."""
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                model = line.partition(":")[2].strip()
+                break
+    except OSError:
+        pass
+    return f"{platform.system()} {platform.machine()} {model} x{os.cpu_count()}"
+
+
+def measure_rates(
+    shape: ModelShape,
+    dtype_name: str = "bf16",
+    threads: int = 1,
+    *,
+    budget_bytes: int = CALIBRATION_BYTES,
+    rounds: int = CALIBRATION_ROUNDS,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, Any]:
+    """Time one-row and PROMPT_ROWS-row matmuls over copies of `shape`'s MLP projection on the CPU with
+    `threads` threads (restored afterwards); the measured numbers, as the cache stores them."""
+    import torch
+    import torch.nn.functional as functional
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
+    rows, cols = shape.intermediate, shape.hidden
+    matrix_bytes = rows * cols * BYTES_PER_PARAM[dtype_name]
+    copies = max(2, math.ceil(budget_bytes / matrix_bytes))
+    started = clock()
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.inference_mode():
+            weights = [torch.full((rows, cols), 0.01, dtype=dtype) for _ in range(copies)]
+            fastest = {}
+            for m in (1, PROMPT_ROWS):
+                x = torch.full((m, cols), 0.01, dtype=dtype)
+                best = math.inf
+                for _ in range(rounds + 1):  # the first round warms kernels up
+                    began = clock()
+                    for weight in weights:
+                        functional.linear(x, weight)
+                    best = min(best, (clock() - began) / copies)
+                fastest[m] = max(best, 1e-9)
+            del weights
+    finally:
+        torch.set_num_threads(previous)
+    return {
+        "matrix": [rows, cols],
+        "copies": copies,
+        "dtype": dtype_name,
+        "threads": threads,
+        "one_row_s": fastest[1],
+        "prompt_rows": PROMPT_ROWS,
+        "prompt_rows_s": fastest[PROMPT_ROWS],
+        "bytes_per_s": matrix_bytes / fastest[1],
+        "param_tokens_per_s": rows * cols * PROMPT_ROWS / fastest[PROMPT_ROWS],
+        "calibration_s": clock() - started,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def calibrated_rates(
+    shape: ModelShape,
+    cache_file: Path,
+    dtype_name: str = "bf16",
+    threads: int | None = None,
+) -> MachineRates:
+    """This machine's rates on `shape` (with `default_threads` for it unless `threads` is given): from
+    `cache_file` when it holds them for this machine, torch version, dtype, threads and shape, else measured
+    and written there. SPECLS_RECALIBRATE=1 measures again."""
+    import torch
+
+    threads = threads if threads is not None else default_threads(None, shape.params)
+    key = f"{machine_key()} | {dtype_name} | {threads} threads | {shape.hidden}x{shape.intermediate}"
+    stored: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        stored = json.loads(cache_file.read_text(encoding="utf-8"))
+    if not isinstance(stored, dict) or stored.get("torch") != torch.__version__:
+        stored = {"torch": torch.__version__, "entries": {}}  # a torch upgrade changes the kernels
+    entries = stored.setdefault("entries", {})
+    entry = entries.get(key)
+    recalibrate = os.environ.get(RECALIBRATE_ENV, "") not in ("", "0")
+    if isinstance(entry, dict) and not recalibrate:
+        source = f"calibrated {entry.get('measured_at', '?')}, cached in {cache_file}; {RECALIBRATE_ENV}=1 redoes it"
+    else:
+        entry = measure_rates(shape, dtype_name, threads)
+        entries[key] = entry
+        source = f"calibrated now in {entry['calibration_s']:.2f} s, cached in {cache_file}"
+        try:
+            cache_file.parent.mkdir(parents=True, exist_ok=True)
+            partial = cache_file.with_suffix(f".{os.getpid()}.tmp")
+            partial.write_text(json.dumps(stored, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+            partial.replace(cache_file)
+        except OSError as exc:  # a read-only cache: measure again next time
+            source = f"calibrated now in {entry['calibration_s']:.2f} s, not cached ({exc})"
+    return MachineRates(
+        bytes_per_s=float(entry["bytes_per_s"]),
+        param_tokens_per_s=float(entry["param_tokens_per_s"]),
+        bytes_per_param=BYTES_PER_PARAM[dtype_name],
+        threads=threads,
+        source=source,
+    )
+
+
+def estimate_pair(
+    target_folder: Path, draft_folder: Path | None, cache_file: Path, dtype_name: str = "bf16"
+) -> FirstLineEstimate:
+    """The first line of the pulled model in `target_folder`, drafted by the one in `draft_folder` (None: no
+    draft), estimated on this machine before loading either (`engine.costs.estimate_first_line`)."""
+    target = read_shape(target_folder)
+    draft = read_shape(draft_folder) if draft_folder is not None else None
+    return estimate_first_line(target, calibrated_rates(target, cache_file, dtype_name), draft)
