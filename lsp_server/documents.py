@@ -18,16 +18,13 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tree_sitter import Parser, Point, Tree
 
 from lsp_server.languages import canonical_language, new_parser
 from lsp_server.positions import LineIndex, char_index, units, utf8_len
 from lsp_server.positions import PositionError as PositionError  # raised here, caught by callers
-
-if TYPE_CHECKING:
-    from lsp_server.context.workspace import WorkspaceFiles
 
 ENCODINGS = ("utf-8", "utf-16", "utf-32")
 _LONE_CR = re.compile("\r(?!\n)")
@@ -151,12 +148,18 @@ class Document:
         return Point(line, utf8_len(self.text[self.lines.char_start(line) : offset]))
 
 
+class ImportedFiles(Protocol):
+    """Where the files a document imports come from when they are not open (`context.workspace`)."""
+
+    def imported_documents(self, current: Document, open_uris: Sequence[str]) -> list[Document]: ...
+
+
 class DocumentStore:
     def __init__(self, position_encoding: str = "utf-16") -> None:
         self.position_encoding = position_encoding
         self._documents: dict[str, Document] = {}
         # The files on disk that open documents import (None: no workspace folder, or the setting is off).
-        self.workspace: WorkspaceFiles | None = None
+        self.workspace: ImportedFiles | None = None
 
     @property
     def position_encoding(self) -> str:

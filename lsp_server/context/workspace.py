@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -52,7 +52,7 @@ class WorkspaceFiles:
         roots = [path for path in map(path_of, uris) if path is not None and path.is_dir()]
         return cls(roots) if roots else None
 
-    def imported_documents(self, current: Document, open_uris: Collection[str]) -> list[Document]:
+    def imported_documents(self, current: Document, open_uris: Sequence[str]) -> list[Document]:
         """The files `current` imports that are in the workspace and not open, read (or cached) now."""
         here = path_of(current.uri)
         open_paths = {path for path in map(path_of, open_uris) if path is not None}

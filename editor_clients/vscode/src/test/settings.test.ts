@@ -42,7 +42,7 @@ describe("settings -> initializationOptions", () => {
       contextTokens: 1536,
       promptShape: "auto",
       minFirstLineProbability: 0.0,
-      importedFiles: true,
+      importedFiles: false,
     });
   });
 
