@@ -60,11 +60,37 @@ def literal_at(tree: Tree, byte_offset: int, spec: LanguageSpec) -> LiteralKind 
             if not inside:
                 return None
             statement = top.parent
-            if statement is not None and statement.type == "expression_statement":
-                return "docstring" if statement.named_child_count == 1 else "string"
-            return "string"
+            if (
+                statement is not None
+                and statement.type == "expression_statement"
+                and statement.named_child_count == 1
+            ):
+                return "docstring"
+            # A docstring still being typed swallows the code up to the next triple quote, and the parser
+            # glues that code on (`"""Doc ... and x`, or an ERROR node): still a statement that starts with
+            # the triple quote, where an argument or an assigned string starts after something else.
+            return "docstring" if _opens_a_glued_statement(top) else "string"
         node = node.parent
     return None
+
+
+def _opens_a_glued_statement(string: Node) -> bool:
+    """A triple-quoted string first on its line whose enclosing nodes, up to a statement or parse error,
+    all start where it starts."""
+    if not _triple_quoted(string):
+        return False
+    outer, statement_like = string, False
+    while outer.parent is not None and outer.parent.start_byte == string.start_byte:
+        outer = outer.parent
+        statement_like = statement_like or outer.type in ("expression_statement", "ERROR")
+    before = outer.prev_sibling
+    first_on_line = before is None or before.end_point.row < string.start_point.row
+    return statement_like and first_on_line
+
+
+def _triple_quoted(node: Node) -> bool:
+    text = (node.text or b"")[:8].lstrip(b"rRbBuUfF")
+    return text.startswith((b'"""', b"'''"))
 
 
 def unclosed_quote(line_before: str, line_comment: str = "") -> LiteralKind | None:

@@ -26,6 +26,16 @@ CASES = [
     ("python", 'def f():\n    """Docstring █\n    """\n', "single-line"),
     ("python", 'def f():\n    """Return the █"""\n    return 1\n', "single-line"),  # closed by the editor
     ("python", 'def f():\n    """Return the █', "single-line"),  # not closed yet
+    # Not closed yet, with code and another docstring below: the parser glues that code onto the string.
+    (
+        "python",
+        'class A:\n    def f(self, a):\n        """Insert the █\n        return a and self.b\n\n'
+        '    def g(self):\n        """Other."""\n        return 2\n',
+        "single-line",
+    ),
+    ("python", 'def f(a):\n    """Insert █\n    return a and b\n\ndef g():\n    """Doc."""\n', "single-line"),
+    ("python", 'x = f("""a █\n    return 1\n\ndef g():\n    """Doc."""\n', "none"),  # an argument
+    ("python", 'x = """a █\n    return 1\n\ndef g():\n    """Doc."""\n', "none"),  # an assigned string
     ("python", 'class A:\n    """A point █"""\n', "single-line"),
     ("python", 'x = "hello █', "none"),  # an ordinary string, not closed yet
     ("python", 'x = f("""a █""")\n', "none"),  # a triple-quoted argument is no docstring
