@@ -156,7 +156,9 @@ def test_demo_rejects_bad_options(tmp_path: Path) -> None:
 
 
 def test_doctor_passes_on_a_working_pair_and_gets_a_completion(pair_args: list[str]) -> None:
-    result = _specls("doctor", "--device", "cpu", *pair_args)
+    # Named explicitly: with nothing named, doctor checks the machine's default model (a pulled one alone).
+    pair = pair_args or ["--target", str(BUNDLED_DIR / "target"), "--draft", str(BUNDLED_DIR / "draft")]
+    result = _specls("doctor", "--device", "cpu", *pair)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "ok    tokenizers: target and draft share one vocabulary" in result.stdout
     assert "ok    server: started and loaded in" in result.stdout or "warn  server:" in result.stdout
