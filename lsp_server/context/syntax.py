@@ -89,8 +89,11 @@ def _opens_a_glued_statement(string: Node) -> bool:
 
 
 def _triple_quoted(node: Node) -> bool:
-    text = (node.text or b"")[:8].lstrip(b"rRbBuUfF")
-    return text.startswith((b'"""', b"'''"))
+    # Python's grammar gives the opening quote (with its prefix) a node of its own: read that, not the whole
+    # string, which in a docstring being typed runs on to the next triple quote of the file.
+    opener = node.child(0)
+    head = opener.text if opener is not None and opener.type == "string_start" else node.text
+    return (head or b"")[:8].lstrip(b"rRbBuUfF").startswith((b'"""', b"'''"))
 
 
 def unclosed_quote(line_before: str, line_comment: str = "") -> LiteralKind | None:
