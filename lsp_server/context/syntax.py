@@ -91,7 +91,8 @@ def _opens_a_glued_statement(string: Node) -> bool:
 def _triple_quoted(node: Node) -> bool:
     # Python's grammar gives the opening quote (with its prefix) a node of its own: read that, not the whole
     # string, which in a docstring being typed runs on to the next triple quote of the file.
-    opener = node.child(0)
+    # (A quote just typed can make a string node with no children: tree-sitter's `child(0)` then raises.)
+    opener = node.child(0) if node.child_count else None
     head = opener.text if opener is not None and opener.type == "string_start" else node.text
     return (head or b"")[:8].lstrip(b"rRbBuUfF").startswith((b'"""', b"'''"))
 

@@ -38,6 +38,8 @@ CASES = [
     ("python", 'x = """a █\n    return 1\n\ndef g():\n    """Doc."""\n', "none"),  # an assigned string
     ("python", 'class A:\n    """A point █"""\n', "single-line"),
     ("python", 'x = "hello █', "none"),  # an ordinary string, not closed yet
+    # A quote just typed before more code: the parser makes a string node with no children.
+    ("python", 'def f(mode):\n    if mode == "█\n        return 1\n    return 2\n', "none"),
     ("python", 'x = f("""a █""")\n', "none"),  # a triple-quoted argument is no docstring
     ("python", "for i in range(10):█\n", "multi-line"),
     # JavaScript
