@@ -277,11 +277,15 @@ def fit_prefix_suffix(
     *,
     first_line: int = 0,
     lines_after: int = 0,
+    max_suffix_tokens: int | None = None,
 ) -> tuple[str, str]:
-    """Split `budget` between prefix and suffix. The suffix gets at most its fixed share; the prefix gets
-    everything the suffix leaves, so a short suffix never wastes budget. (The suffix share does not grow
-    when the prefix is short: it would then change with every keystroke and, in SPM, spoil the cache.)"""
+    """Split `budget` between prefix and suffix. The suffix gets at most its fixed share (and at most
+    `max_suffix_tokens`); the prefix gets everything the suffix leaves, so a short suffix never wastes budget.
+    (The suffix share does not grow when the prefix is short: it would then change with every keystroke and,
+    in SPM, spoil the cache.)"""
     suffix_share = int(budget * (1.0 - prefix_fraction))
+    if max_suffix_tokens is not None:
+        suffix_share = min(suffix_share, max_suffix_tokens)
     kept_suffix = trim_suffix(suffix, suffix_share, count_tokens, lines_after=lines_after)
     used = count_tokens(kept_suffix) if kept_suffix else 0
     kept_prefix = trim_prefix(prefix, budget - used, count_tokens, first_line=first_line)

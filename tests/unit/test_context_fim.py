@@ -130,6 +130,16 @@ def test_budget_is_respected_and_weighted_toward_the_prefix() -> None:
     assert _count(prefix) > 350
 
 
+def test_a_suffix_cap_gives_the_prefix_what_the_suffix_share_leaves() -> None:
+    text = _source(200)
+    cursor = len(text) // 2
+    _, shared = fit_prefix_suffix(text[:cursor], text[cursor:], 400, 0.75, _count)
+    prefix, suffix = fit_prefix_suffix(text[:cursor], text[cursor:], 400, 0.75, _count, max_suffix_tokens=40)
+    assert 0 < _count(suffix) <= 40 < _count(shared)
+    assert text[cursor:].startswith(suffix)  # the lines right after the cursor are the ones kept
+    assert 350 < _count(prefix) + _count(suffix) <= 400
+
+
 def test_build_context_stays_within_budget_with_snippets() -> None:
     store = DocumentStore()
     store.open("file:///w/other.py", "python", 1, _source(30))
