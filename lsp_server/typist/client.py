@@ -234,7 +234,9 @@ class ServerSession:
         sent = self.client.protocol.send_request(
             types.TEXT_DOCUMENT_INLINE_COMPLETION, params, msg_id=request_id
         )
-        return request_id, asyncio.wrap_future(sent)
+        # Shielded: a caller that stops waiting (the next key) must not cancel pygls's own future, which pygls
+        # still resolves when the late answer comes, raising InvalidStateError in its reader.
+        return request_id, asyncio.shield(asyncio.wrap_future(sent))
 
     def cursor_rests(self, uri: str, offset: int) -> None:
         """`specls/cursor`, as the VS Code extension sends it once the cursor has rested 200 ms (a file
