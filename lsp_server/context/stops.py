@@ -36,16 +36,24 @@ from lsp_server.context.syntax import (
 )
 
 _QUOTES = "\"'`"
+_TRIPLE_QUOTES = ('"""', "'''")
 
 
 def _bracket_events(text: str, line_comment: str) -> list[tuple[int, str]]:
-    """(index, bracket) for every bracket outside string literals and line comments (a light lexer)."""
+    """(index, bracket) for every bracket outside string literals and line comments (a light lexer).
+
+    Triple-quoted strings span lines: a docstring's prose ("the model's (first) line") holds apostrophes
+    and brackets that are not code."""
     events = []
     quote = ""
     i = 0
     n = len(text)
     while i < n:
         ch = text[i]
+        if not quote and text.startswith(_TRIPLE_QUOTES, i):
+            end = text.find(text[i : i + 3], i + 3)
+            i = n if end == -1 else end + 3
+            continue
         if quote:
             if ch == "\\":
                 i += 2
@@ -177,9 +185,13 @@ class SyntaxStopRules:
     token_ends: Sequence[int] = field(init=False, default=())
 
     def __post_init__(self) -> None:
-        self.suffix_closers = unmatched_closers(self.suffix[:4000], self.line_comment)
         first_newline = self.suffix.find("\n")
-        self.rest_of_line = (self.suffix if first_newline == -1 else self.suffix[:first_newline]).strip()
+        line_rest = self.suffix if first_newline == -1 else self.suffix[:first_newline]
+        # Inside a comment or docstring the suffix starts in prose, which a lexer cannot pair with the code
+        # after it: only the rest of the line counts there.
+        scanned = self.suffix[:4000] if self.literal is None else line_rest
+        self.suffix_closers = unmatched_closers(scanned, self.line_comment)
+        self.rest_of_line = line_rest.strip()
         self.next_line = ""
         if first_newline != -1:
             for line in self.suffix[first_newline + 1 : first_newline + 2000].split("\n"):

@@ -62,6 +62,13 @@ CASES = [
     ("python", "def f(x):\n    if █ > 0:\n", "not x > 0:", "not x"),
     ("python", "x = █\n", "compute()   \nmore()", "compute()"),
     ("python", "x = [█]\n", '"a]b", 1]', '"a]b", 1'),
+    # A docstring later in the file is prose: its apostrophe and bracket close nothing opened before the cursor
+    (
+        "python",
+        'x = torch.empty(█\n\ndef g():\n    """The model\'s first line (a\n    step) is read."""\n',
+        "rows, n + 2)",
+        "rows, n + 2)",
+    ),
     (
         "python",
         "class K:\n    def m(self):\n        █\n",
