@@ -10,10 +10,8 @@ vim.lsp.config('specls', {
 vim.lsp.enable('specls')
 vim.lsp.inline_completion.enable()
 
--- Neovim asks 200 ms after you stop typing and keeps showing the last suggestion while you type through
--- it. Accepted before the new answer arrives, it would be inserted where it was made for, in front of
--- what you typed since. `insert_what_is_shown` inserts what is shown: the part of the suggestion after the
--- typed text (and counts the accept in specls' local statistics).
+-- Neovim keeps showing the last suggestion while you type through it; `insert_what_is_shown` inserts
+-- what is shown (the part after the typed text), not the whole suggestion where it was made.
 local insert_what_is_shown = require('specls.builtin').insert_what_is_shown
 
 vim.keymap.set('i', '<Tab>', function()
