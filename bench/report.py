@@ -126,6 +126,8 @@ def answer_of(kind: str, result: dict[str, Any]) -> tuple[str, str] | None:
         files = config.get("files") or ()
         typed = f"{len(files)} given files" if files else f"{config.get('count', '?')} held-out files"
         typed += "".join(f", {key} {value}" for key, value in sorted((config.get("settings") or {}).items()))
+        # Another seed types the same files at another cadence: a repeat, kept beside the first run.
+        typed += f", seed {config['seed']}" if config.get("seed") else ""
         cancel_p95 = f", cancel to idle p95 {cancel['p95']:.0f} ms" if cancel.get("p95") is not None else ""
         return (
             f"typist replay, {model} ({config.get('backend', 'local')}), {typed}",

@@ -44,6 +44,17 @@ def test_a_new_result_replaces_the_older_answer_to_its_question(tmp_path: Path) 
     assert "**AVX2-only**" in table and "keystrokes-b.json" in table
 
 
+def test_a_repeat_with_another_seed_keeps_its_own_row(tmp_path: Path) -> None:
+    first = _keystrokes("2026-12-01T00:00:00Z", 0.2, 1.0)
+    repeat = _keystrokes("2026-12-02T00:00:00Z", 0.6, 1.0)
+    repeat["config"] = {**repeat["config"], "seed": 1}  # type: ignore[dict-item]
+    (tmp_path / "keystrokes-a.json").write_text(json.dumps(first))
+    (tmp_path / "keystrokes-a-seed1.json").write_text(json.dumps(repeat))
+    rows = report.rows(tmp_path)
+    assert sorted(row.file for row in rows) == ["keystrokes-a-seed1.json", "keystrokes-a.json"]
+    assert any(row.question.endswith(", seed 1") for row in rows)
+
+
 def test_the_cpu_class_comes_from_the_record_else_from_what_the_run_implies() -> None:
     # An emulated class is its own table, never mistaken for the real one.
     assert report.cpu_class_of({"cpu_class": "AVX2-only (emulated: ...)"}, "x") == "AVX2-only (emulated)"
