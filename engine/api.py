@@ -230,6 +230,9 @@ class BackendInfo:
     # What a draft model, if one runs, speeds decoding by at least (`engine.costs.conservative_speedup`).
     speculative_speedup: float = 1.0
     model_choice: str = ""  # why this target runs: named by the user, or the default rule's reason
+    # The engine can read a second prompt into a cache of its own while requests keep being served from the
+    # first (`AsideWarmingBackend`): a larger prompt grown in the background.
+    reads_prompts_aside: bool = False
 
 
 def refuse_forced_prefix(request: CompletionRequest, backend: str) -> None:
@@ -281,3 +284,12 @@ class WarmingBackend(Protocol):
     computed before the cancel stays cached."""
 
     def warm(self, request: CompletionRequest, *, cancel: CancelToken | None = None) -> WarmResult: ...
+
+
+@runtime_checkable
+class AsideWarmingBackend(Protocol):
+    """A backend that can read a prompt into a second cache while the one requests are served from stays as
+    it is (where `BackendInfo.reads_prompts_aside`). A request whose prompt the second cache holds more of is
+    then served from it. Low priority like `warm`: cancelled for any real request, keeping what it read."""
+
+    def warm_aside(self, request: CompletionRequest, *, cancel: CancelToken | None = None) -> WarmResult: ...

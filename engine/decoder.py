@@ -74,6 +74,13 @@ def forward_or_cancel(
 
 
 @runtime_checkable
+class CacheCloningDecoder(CausalDecoder, Protocol):
+    """A decoder that can make another over the same weights with a cache of its own (empty)."""
+
+    def with_own_cache(self) -> CausalDecoder: ...
+
+
+@runtime_checkable
 class PlacedDecoder(CausalDecoder, Protocol):
     """A decoder whose tensors live on a known device (where a sampling generator must live too)."""
 

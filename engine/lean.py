@@ -17,6 +17,7 @@ own, not views of one mapped file (`engine.models` reads local checkpoints that 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -173,6 +174,16 @@ class LeanLlamaDecoder:
             self.values = torch.zeros(shape, device=self.device, dtype=self.dtype)
         self._tokens: list[int] = []
         self._partial: _Partial | None = None
+
+    def with_own_cache(self) -> LeanLlamaDecoder:
+        """A decoder over the same weights with a cache of its own (empty), so a second prompt can be read
+        without evicting this one's (`engine.service.LocalEngine.warm_aside`)."""
+        other = copy.copy(self)
+        # Uninitialised: attention reads only positions a forward wrote, and the pages become resident only as
+        # they are written (a prompt of 1,500 tokens, not the whole window).
+        other.keys, other.values = torch.empty_like(self.keys), torch.empty_like(self.values)
+        other._tokens, other._partial = [], None
+        return other
 
     @property
     def cached_tokens(self) -> list[int]:

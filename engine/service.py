@@ -30,6 +30,7 @@ from engine.api import (
 )
 from engine.autoregressive import autoregressive_generate
 from engine.costs import StepCosts, conservative_speedup, time_decoders
+from engine.decoder import CacheCloningDecoder
 from engine.drafters.base import Drafter
 from engine.drafters.caps import CONFIDENCE_STOP, MAX_LENGTH
 from engine.drafters.hybrid import HybridDrafter
@@ -163,6 +164,10 @@ class LocalEngine:
             self.draft_decoder, self.draft_runtime = build_draft_decoder(
                 self.pair.draft, window, quantization=draft_quantization, release=release
             )
+        # A second cache of the target, made on the first `warm_aside`: a larger prompt is read there while
+        # requests are still served from the first. The two swap roles when a request's prompt shares more
+        # with the second (`_serve_from_best_cache`).
+        self._aside: CausalDecoder | None = None
         self.eos_ids = end_of_text_ids(self.tokenizer, self.pair.target)
         self._lookup: tuple[tuple[str, ...], PromptLookupDrafter] | None = None
         self.draft_acceptance = DraftAcceptance()  # how long each drafter's drafts hold, on this model
@@ -198,6 +203,8 @@ class LocalEngine:
         measures). Greedy output never depends on it."""
         with self._lock:
             self.target.crop(0)
+            if self._aside is not None:
+                self._aside.crop(0)
             if self.draft_decoder is not None:
                 self.draft_decoder.crop(0)
 
@@ -229,6 +236,7 @@ class LocalEngine:
                 conservative_speedup(self.step_costs) if self.draft_decoder is not None else 1.0
             ),
             model_choice=self.model_choice,
+            reads_prompts_aside=isinstance(self.target, CacheCloningDecoder),
         )
 
     def encode(self, text: str) -> list[int]:
@@ -245,7 +253,19 @@ class LocalEngine:
         """(tokens of `prompt` the target's cache already holds, tokens of `prompt`): what a request for it
         would have to read. A peek from another thread may see a cache being changed; it is only a hint."""
         prompt_ids = self.encode(prompt)
-        return common_prefix_length(self.target.cached_tokens, prompt_ids), len(prompt_ids)
+        caches = (self.target,) if self._aside is None else (self.target, self._aside)
+        return max(common_prefix_length(cache.cached_tokens, prompt_ids) for cache in caches), len(prompt_ids)
+
+    def _serve_from_best_cache(self, prompt_ids: list[int]) -> None:
+        """Serve from the second cache when it holds more of this prompt (a prompt grown aside); under the
+        lock."""
+        aside = self._aside
+        if aside is None:
+            return
+        if common_prefix_length(aside.cached_tokens, prompt_ids) > common_prefix_length(
+            self.target.cached_tokens, prompt_ids
+        ):
+            self.target, self._aside = aside, self.target
 
     def complete(
         self,
@@ -264,6 +284,7 @@ class LocalEngine:
         if request.forced_prefix:
             forced = ForcedPrefix(request.forced_prefix, self.encode, self.token_texts)
         with self._lock:
+            self._serve_from_best_cache(prompt_ids)
             if request.drafter == "none":
                 return autoregressive_generate(
                     self.target,
@@ -307,6 +328,22 @@ class LocalEngine:
             if draft is not None and len(fitted) + MAX_LENGTH["model"] <= draft.max_length:
                 sync_cache(draft, fitted, cancel)
         # The last prompt token is never cached (the first decode step feeds it): all but it is all.
+        return WarmResult(len(fitted) if cached >= len(fitted) - 1 else cached, len(fitted))
+
+    def warm_aside(self, request: CompletionRequest, *, cancel: CancelToken | None = None) -> WarmResult:
+        """`warm`, into the target's second cache: the one requests are served from keeps its prompt until a
+        request's prompt shares more with this one. The draft model's cache is left alone. Where the
+        decoder cannot make a second cache (`BackendInfo.reads_prompts_aside` False) nothing is read."""
+        prompt_ids = self.encode(request.prompt)
+        fitted, _ = fit_prompt(prompt_ids, self.target.max_length, request.max_new_tokens)
+        with self._lock, torch.inference_mode():
+            serving = common_prefix_length(self.target.cached_tokens, fitted)
+            if serving >= len(fitted) - 1 or not isinstance(self.target, CacheCloningDecoder):
+                return WarmResult(len(fitted) if serving >= len(fitted) - 1 else serving, len(fitted))
+            if self._aside is None:
+                self._aside = self.target.with_own_cache()
+            sync_cache(self._aside, fitted, cancel)
+            cached = common_prefix_length(self._aside.cached_tokens, fitted)
         return WarmResult(len(fitted) if cached >= len(fitted) - 1 else cached, len(fitted))
 
     def _draft_policy(self, request: CompletionRequest) -> DraftPolicy:

@@ -67,6 +67,9 @@ class Document:
     # Where the file's part of the last prompt began (a line number): the next prompt starts there too while
     # it fits, so moving down a line or typing keeps the cached KV prefix (`context.builder`).
     prompt_start_line: int | None = field(default=None, repr=False)
+    # Where the larger prompt read aside in the background begins (`scheduling.worker`, `warm_aside`): it
+    # keeps its own start while it grows, as the prompt requests are served from keeps its.
+    grow_start_line: int | None = field(default=None, repr=False)
     in_sync: bool = True  # False after an edit that did not apply or a version that did not go up
     lone_cr: bool = False  # the text holds a "\r" not followed by "\n"
 
@@ -214,6 +217,7 @@ class DocumentStore:
             doc = self._documents.get(uri)
             if doc is not None:
                 doc.prompt_start_line = copy.prompt_start_line
+                doc.grow_start_line = copy.grow_start_line
             if doc is not None and doc.data is copy.data and doc._tree_stale and not copy._tree_stale:
                 doc._tree, doc._tree_stale = copy._tree, False
                 if copy.parser is None:  # its parse was over budget

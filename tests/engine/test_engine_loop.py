@@ -333,3 +333,34 @@ def test_a_cancel_inside_a_target_forward_ends_the_call_and_the_next_one_is_unaf
     assert len(cached) <= len(prompt) + len(result.token_ids) - 1
     again = engine.complete(request)
     assert again.token_ids == expected
+
+
+def test_a_prompt_read_aside_keeps_the_served_one_and_takes_over_when_asked_for(llama) -> None:
+    engine = local_engine(llama, llama)
+    assert engine.info().reads_prompts_aside  # the lean decoder can make a second cache
+    small_text, large_text = decode(prompt_ids(12, seed=8)), decode(prompt_ids(40, seed=9))
+    small = CompletionRequest(prompt=small_text, max_new_tokens=12, drafter="lookup")
+    large = CompletionRequest(prompt=large_text, max_new_tokens=12, drafter="lookup")
+    expected_small = hf_greedy(llama, engine.encode(small_text), 12, stop_at=engine.eos_ids)
+    expected_large = hf_greedy(llama, engine.encode(large_text), 12, stop_at=engine.eos_ids)
+    assert engine.complete(small).token_ids == expected_small
+    served = engine.target.cached_tokens
+
+    token = CancelToken()
+    token.cancel()
+    assert engine.warm_aside(large, cancel=token).cached_tokens == 0  # pre-empted before it read anything
+    read = engine.warm_aside(large)
+    assert read.cached_tokens == read.prompt_tokens
+    assert engine.target.cached_tokens == served  # the served prompt's cache was left as it was
+    assert engine.prompt_tokens_cached(large_text) == (read.prompt_tokens - 1, read.prompt_tokens)
+    assert engine.prompt_tokens_cached(small_text)[0] >= len(engine.encode(small_text)) - 1
+
+    again = engine.complete(small)  # still served from the first cache
+    assert again.token_ids == expected_small and again.stats.reused_prompt_tokens > 0
+    grown = engine.complete(large)  # the second cache holds this prompt: it serves it, nothing re-read
+    assert grown.token_ids == expected_large
+    assert grown.stats.reused_prompt_tokens == read.prompt_tokens - 1
+    # The roles swapped: the small prompt now lives in the second cache and is served from there, which
+    # leaves the large one where a warm-up aside finds it whole.
+    assert engine.complete(small).stats.reused_prompt_tokens > 0
+    assert engine.warm_aside(large).cached_tokens == read.prompt_tokens

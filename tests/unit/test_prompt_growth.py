@@ -1,0 +1,201 @@
+"""A prompt grown aside (`lsp_server.scheduling.worker.GrowJob`): where the keystroke budget cuts a request's
+prompt, the worker reads the full one into the engine's second cache between requests, and a later request
+takes it once the engine holds it. The real context builder, and a fake engine that says what each of its two
+caches holds."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from engine.api import BackendInfo, CancelToken, CompletionRequest, CompletionResult, OnText, WarmResult
+from lsp_server.backends.fake import FakeBackend
+from lsp_server.config import ServerSettings
+from lsp_server.context import build_completion_context, finalize_completion
+from lsp_server.documents import DocumentStore, TextChange
+from lsp_server.jobs import Generation
+from lsp_server.scheduling.reasons import EmptyReason
+from lsp_server.scheduling.worker import EngineWorker, HeldCancelToken, PromptSteps
+
+URI = "file:///work/values.py"
+LINES = 400  # 6 fake tokens a line: 2,400 tokens, more than the configured 1,536
+
+
+class TwoCacheBackend(FakeBackend):
+    """The fake on a CPU that reads 150 prompt tokens/s (a request can afford ~135), with a second cache."""
+
+    def __init__(self, aside: bool) -> None:
+        super().__init__([("", "x")])
+        self.aside_supported = aside
+        self.hold = threading.Event()  # cleared: `complete` waits for it
+        self.hold.set()
+        self.served = ""  # the prompt in the cache requests are served from
+        self.aside = ""  # the prompt read aside
+        self.read_aside: list[str] = []
+
+    def info(self) -> BackendInfo:
+        return replace(
+            super().info(), prompt_tokens_per_s=150, step_s=0.05, reads_prompts_aside=self.aside_supported
+        )
+
+    def _held(self, cached: str, prompt: str) -> int:
+        return self.count_tokens(os.path.commonprefix([cached, prompt]))
+
+    def prompt_tokens_cached(self, prompt: str) -> tuple[int, int]:
+        return max(self._held(self.served, prompt), self._held(self.aside, prompt)), self.count_tokens(prompt)
+
+    def complete(
+        self, request: CompletionRequest, *, on_text: OnText | None = None, cancel: CancelToken | None = None
+    ) -> CompletionResult:
+        if self._held(self.aside, request.prompt) > self._held(self.served, request.prompt):
+            self.served, self.aside = self.aside, self.served
+        self.served = request.prompt
+        self.hold.wait(timeout=5)
+        return super().complete(request, on_text=on_text, cancel=cancel)
+
+    def warm_aside(self, request: CompletionRequest, *, cancel: CancelToken | None = None) -> WarmResult:
+        self.read_aside.append(request.prompt)
+        self.aside = request.prompt
+        tokens = self.count_tokens(request.prompt)
+        return WarmResult(tokens, tokens)
+
+
+class Done:
+    """`WorkerEvents` that keeps the generations' ends."""
+
+    def __init__(self) -> None:
+        self.ended: dict[int, asyncio.Future[str]] = {}
+        self.results: dict[int, CompletionResult] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args: None
+
+    def generation_done(self, generation: Generation, text: str, result: Any, error: str | None) -> None:
+        self.results[generation.id] = result
+        self.ended[generation.id].set_result(text)
+
+
+async def run_worker(
+    backend: TwoCacheBackend, settings: ServerSettings | None = None
+) -> tuple[EngineWorker, DocumentStore, Done]:
+    store, events = DocumentStore(), Done()
+    worker = EngineWorker(
+        store,
+        threading.Lock(),
+        lambda settings: backend,
+        lambda: settings or ServerSettings(),
+        PromptSteps(build_completion_context, finalize_completion),
+        events=events,  # type: ignore[arg-type]
+    )
+    worker.start(asyncio.get_running_loop())
+    worker.load(ServerSettings(backend="fake"))
+    text = "".join(f"value_{n} = {n}\n" for n in range(LINES))
+    store.open(URI, "python", 1, text)
+    return worker, store, events
+
+
+def submit(worker: EngineWorker, store: DocumentStore, events: Done, id: int, **fields: Any) -> None:
+    document = store.get(URI)
+    events.ended[id] = asyncio.get_running_loop().create_future()
+    worker.submit(Generation(id, URI, document.version, document.text, len(document.text), "", **fields))
+
+
+async def generate(worker: EngineWorker, store: DocumentStore, events: Done, id: int) -> str:
+    submit(worker, store, events, id)
+    return await asyncio.wait_for(events.ended[id], timeout=5)
+
+
+async def until(condition: Any) -> None:
+    for _ in range(500):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("timed out")
+
+
+async def test_a_prompt_cut_by_the_budget_grows_aside_and_takes_over_once_read() -> None:
+    backend = TwoCacheBackend(aside=True)
+    worker, store, events = await run_worker(backend)
+    try:
+        await generate(worker, store, events, 1)
+        first = backend.calls[0][0].prompt
+        assert backend.count_tokens(first) <= 160  # cut to what 150 tokens/s reads in time
+
+        await until(lambda: URI in worker._grown)  # read aside while nothing else waited
+        (grown,) = backend.read_aside
+        assert backend.count_tokens(grown) > 1000 and grown.endswith("\n")  # the full prompt, to a line start
+        assert backend.served == first  # the served cache kept its prompt meanwhile
+
+        store.change(URI, 2, [TextChange((LINES, 0, LINES, 0), "val")])  # the user typed on
+        await generate(worker, store, events, 2)
+        taken = backend.calls[1][0].prompt
+        assert taken.startswith(grown) and taken.endswith("val")  # the grown prompt, and what was typed
+        assert store.get(URI).prompt_start_line == store.get(URI).grow_start_line  # its start is kept
+
+        store.change(URI, 3, [TextChange((LINES, 3, LINES, 3), "u")])
+        await generate(worker, store, events, 3)
+        assert backend.calls[2][0].prompt.startswith(grown)  # it stays: no second growth is planned
+        await asyncio.sleep(0.05)
+        assert len(backend.read_aside) == 1
+    finally:
+        worker.stop()
+
+
+@pytest.mark.parametrize(
+    ("aside", "settings"),
+    [(False, None), (True, ServerSettings(warm=False))],
+    ids=["no-second-cache", "warm-off"],
+)
+async def test_without_a_second_cache_or_warm_ups_the_cut_prompt_stays_and_nothing_is_read_aside(
+    aside: bool, settings: ServerSettings | None
+) -> None:
+    backend = TwoCacheBackend(aside=aside)
+    worker, store, events = await run_worker(backend, settings)
+    try:
+        await generate(worker, store, events, 1)
+        store.change(URI, 2, [TextChange((LINES, 0, LINES, 0), "v")])
+        await generate(worker, store, events, 2)
+        await asyncio.sleep(0.05)
+        assert not backend.read_aside and not worker._grown
+        assert all(backend.count_tokens(call[0].prompt) <= 160 for call in backend.calls)
+    finally:
+        worker.stop()
+
+
+async def test_a_prefetch_waiting_behind_a_growth_is_dropped_for_it() -> None:
+    backend = TwoCacheBackend(aside=True)
+    worker, store, events = await run_worker(backend)
+    try:
+        backend.hold.clear()
+        submit(worker, store, events, 1)  # its prompt is cut: a growth is planned, then it waits in the model
+        await until(lambda: backend.served != "")
+        submit(worker, store, events, 2, assumed_accepted="x")  # a prefetch queued behind it
+        backend.hold.set()
+        await asyncio.wait_for(events.ended[2], timeout=5)
+        assert events.results[2].stats.empty_reason == EmptyReason.PREFETCH_DROPPED
+        await until(lambda: URI in worker._grown)  # the growth ran in its place
+        assert len(backend.calls) == 1
+    finally:
+        worker.stop()
+
+
+def test_a_held_cancel_lets_a_started_job_keep_the_engine_for_its_hold() -> None:
+    token = HeldCancelToken(hold_s=0.05)
+    token.cancel()
+    assert not token.cancelled  # not started: a job asked to yield at once still gets its hold
+    token.start()
+    assert not token.cancelled
+    time.sleep(0.06)
+    assert token.cancelled
+    running = HeldCancelToken(hold_s=0.05)
+    running.start()
+    time.sleep(0.06)
+    assert not running.cancelled  # the hold alone cancels nothing
+    running.cancel()
+    assert running.cancelled
