@@ -142,6 +142,10 @@ class GrowJob:
 # Grow a prompt only while it is below this share of the configured budget: a grown prompt fills ~3/4 of it
 # (`context.builder.STICKY_FILL`), so it is not grown again.
 GROW_BELOW_FRACTION = 0.6
+# ... and only where the budget cuts deep: what a request can read in time is below this share of the
+# configured prompt (AVX2 in W8A8: ~0.2). With AMX in bf16 (~0.5) growing saved the same characters (17.0%
+# against 17.2% and 17.0%) and made the first suggestion after a 1 s pause slower (481 ms against 275-374 ms).
+GROW_WHERE_AFFORDABLE_BELOW = 1 / 3
 
 
 class EngineWorker:
@@ -434,7 +438,9 @@ class EngineWorker:
         if grow:
             document.grow_start_line, document.prompt_start_line = document.prompt_start_line, serving_start
         configured = settings.context.max_prompt_tokens
-        tight = affordable_prompt_tokens(info, configured) < configured  # else no peek (an encode per key)
+        affordable = affordable_prompt_tokens(info, configured)
+        tight = affordable < configured  # else no peek (an encode per key)
+        grows = settings.warm and affordable < GROW_WHERE_AFFORDABLE_BELOW * configured
         if keystroke and tight and isinstance(backend, PromptCachingBackend) and ctx.mode != "none":
             grown = self._grown.pop(uri, None)
             if grown is not None and grown != serving_start:
@@ -454,7 +460,7 @@ class EngineWorker:
                 shorter = replace(settings.context, max_prompt_tokens=smaller)
                 ctx = self._prompts.build_context(snapshot, uri, offset, info, shorter, count)
                 total = backend.count_tokens(without_lone_surrogates(ctx.prompt))
-            if settings.warm and total < GROW_BELOW_FRACTION * configured and document.prompt_start_line:
+            if grows and total < GROW_BELOW_FRACTION * configured and document.prompt_start_line:
                 self._plan_growth(backend, info, uri, document.text, offset)
         with self._store_lock:
             self._store.adopt_trees(snapshot)

@@ -30,9 +30,10 @@ LINES = 400  # 6 fake tokens a line: 2,400 tokens, more than the configured 1,53
 class TwoCacheBackend(FakeBackend):
     """The fake on a CPU that reads 150 prompt tokens/s (a request can afford ~135), with a second cache."""
 
-    def __init__(self, aside: bool) -> None:
+    def __init__(self, aside: bool, prompt_tokens_per_s: float = 150) -> None:
         super().__init__([("", "x")])
         self.aside_supported = aside
+        self.prompt_tokens_per_s = prompt_tokens_per_s
         self.hold = threading.Event()  # cleared: `complete` waits for it
         self.hold.set()
         self.served = ""  # the prompt in the cache requests are served from
@@ -41,7 +42,10 @@ class TwoCacheBackend(FakeBackend):
 
     def info(self) -> BackendInfo:
         return replace(
-            super().info(), prompt_tokens_per_s=150, step_s=0.05, reads_prompts_aside=self.aside_supported
+            super().info(),
+            prompt_tokens_per_s=self.prompt_tokens_per_s,
+            step_s=0.05,
+            reads_prompts_aside=self.aside_supported,
         )
 
     def _held(self, cached: str, prompt: str) -> int:
@@ -148,14 +152,15 @@ async def test_a_prompt_cut_by_the_budget_grows_aside_and_takes_over_once_read()
 
 
 @pytest.mark.parametrize(
-    ("aside", "settings"),
-    [(False, None), (True, ServerSettings(warm=False))],
-    ids=["no-second-cache", "warm-off"],
+    ("aside", "settings", "prompt_tokens_per_s", "cut_to"),
+    [(False, None, 150, 160), (True, ServerSettings(warm=False), 150, 160), (True, None, 600, 600)],
+    ids=["no-second-cache", "warm-off", "shallow-cut"],
 )
-async def test_without_a_second_cache_or_warm_ups_the_cut_prompt_stays_and_nothing_is_read_aside(
-    aside: bool, settings: ServerSettings | None
+async def test_the_cut_prompt_stays_without_a_second_cache_or_warm_ups_or_where_the_cut_is_shallow(
+    aside: bool, settings: ServerSettings | None, prompt_tokens_per_s: float, cut_to: int
 ) -> None:
-    backend = TwoCacheBackend(aside=aside)
+    # 600 tokens/s affords ~540 of the 1,536 configured: more than a third, not worth a growth.
+    backend = TwoCacheBackend(aside=aside, prompt_tokens_per_s=prompt_tokens_per_s)
     worker, store, events = await run_worker(backend, settings)
     try:
         await generate(worker, store, events, 1)
@@ -163,7 +168,7 @@ async def test_without_a_second_cache_or_warm_ups_the_cut_prompt_stays_and_nothi
         await generate(worker, store, events, 2)
         await asyncio.sleep(0.05)
         assert not backend.read_aside and not worker._grown
-        assert all(backend.count_tokens(call[0].prompt) <= 160 for call in backend.calls)
+        assert all(backend.count_tokens(call[0].prompt) <= cut_to for call in backend.calls)
     finally:
         worker.stop()
 
