@@ -428,9 +428,9 @@ class EngineWorker:
         def count(text: str) -> int:
             return backend.count_tokens(without_lone_surrogates(text))
 
-        if offset is None:
-            offset = warm_offset(snapshot.get(uri).text, settings.context.max_prompt_tokens, count)
         document = snapshot.get(uri)
+        if offset is None:
+            offset = warm_offset(document.text, settings.context.max_prompt_tokens, count)
         serving_start = document.prompt_start_line
         if grow:  # the prompt grown aside keeps its own start; the one requests are served from keeps theirs
             document.prompt_start_line = document.grow_start_line
@@ -459,7 +459,7 @@ class EngineWorker:
             if smaller is not None:
                 shorter = replace(settings.context, max_prompt_tokens=smaller)
                 ctx = self._prompts.build_context(snapshot, uri, offset, info, shorter, count)
-                total = backend.count_tokens(without_lone_surrogates(ctx.prompt))
+                total = smaller  # the cut prompt holds at most this many tokens: no second encode per key
             if grows and total < GROW_BELOW_FRACTION * configured and document.prompt_start_line:
                 self._plan_growth(backend, info, uri, document.text, offset)
         with self._store_lock:
@@ -513,9 +513,8 @@ class EngineWorker:
                 return
         if done and start is not None:
             self._grown[job.uri] = start
-        elif (
-            job.cancel.cancelled
-        ):  # pre-empted: it goes on at the next chance, unless a newer one was planned
+        elif job.cancel.cancelled:
+            # Pre-empted: it goes on at the next chance, unless a newer one was planned.
             with self._cond:
                 if self._grow is None:
                     self._grow = GrowJob(job.uri, job.offset, job.before)
