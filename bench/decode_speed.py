@@ -794,7 +794,9 @@ HELP = "one real model on every local runtime side by side, against llama-server
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", required=True, help="Hugging Face folder with the model's GGUF beside it")
+    parser.add_argument(
+        "--target", required=True, help="a pulled catalog name or a Hugging Face folder with its GGUF beside it"
+    )
     parser.add_argument("--prompts", type=positive, default=8, help="held-out prompts (default: 8)")
     parser.add_argument("--max-new-tokens", type=positive, default=64, help="per prompt (default: 64)")
     parser.add_argument("--threads", type=positive, default=1, help="torch CPU threads (default: 1)")
@@ -818,8 +820,18 @@ def command(args: argparse.Namespace) -> int:
     if unknown:
         print(f"specls bench: unknown engines {unknown}; choose from {', '.join(ENGINES)}", file=sys.stderr)
         return 2
+    from engine.models import ModelLoadError, resolve_model_path
+
+    try:  # a catalog name is its pulled folder; nothing here downloads
+        source = resolve_model_path(args.target)
+    except ModelLoadError as exc:
+        print(f"specls bench: {exc}", file=sys.stderr)
+        return 2
+    if not source.is_local:
+        print(f"specls bench: --target {args.target!r} is not a local folder or a pulled model", file=sys.stderr)
+        return 2
     config = DecodeSpeedConfig(
-        target=args.target,
+        target=source.location,
         prompts=args.prompts,
         max_new_tokens=args.max_new_tokens,
         threads=args.threads,

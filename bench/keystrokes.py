@@ -60,6 +60,7 @@ class KeystrokeConfig:
     tag: str = "cpu"
     timeout_s: float = 300  # for loading the model and for the last answer of each file
     peer: str | None = None  # "llama-server": the same typing, in the same run, into a llama.vim-style client
+    server_log_level: str = "WARNING"  # INFO logs each warm-up and growth: for finding out why, not for timing
 
 
 @dataclass
@@ -117,7 +118,7 @@ def serve_args(config: KeystrokeConfig, log_file: Path) -> list[str]:
     ):
         if value:
             args += [flag, value]
-    return args + ["--log-file", str(log_file), "--log-level", "WARNING"]
+    return args + ["--log-file", str(log_file), "--log-level", config.server_log_level]
 
 
 def probe_files(config: KeystrokeConfig, skip: int) -> list[tuple[str, str, int]]:

@@ -63,6 +63,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also type the same keys, in the same run, into a llama.vim-style client on llama-server with "
         "the target's GGUF (bench/llama_vim_client.py); both rows in one report",
     )
+    parser.add_argument(
+        "--server-log-level",
+        default="WARNING",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="the server's log level (default WARNING; INFO logs each warm-up and growth, for finding out why)",
+    )
     add_output_arguments(parser)
 
 
@@ -107,6 +113,7 @@ def command(args: argparse.Namespace) -> int:
         out=args.out,
         tag=results_tag(args) if args.tag or args.backend == "local" else args.backend,
         peer=args.peer,
+        server_log_level=args.server_log_level,
     )
     try:
         result = run_keystrokes(config, progress=not args.quiet)
