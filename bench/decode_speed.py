@@ -795,7 +795,9 @@ HELP = "one real model on every local runtime side by side, against llama-server
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--target", required=True, help="a pulled catalog name or a Hugging Face folder with its GGUF beside it"
+        "--target",
+        required=True,
+        help="a pulled catalog name or a Hugging Face folder with its GGUF beside it",
     )
     parser.add_argument("--prompts", type=positive, default=8, help="held-out prompts (default: 8)")
     parser.add_argument("--max-new-tokens", type=positive, default=64, help="per prompt (default: 64)")
@@ -828,7 +830,9 @@ def command(args: argparse.Namespace) -> int:
         print(f"specls bench: {exc}", file=sys.stderr)
         return 2
     if not source.is_local:
-        print(f"specls bench: --target {args.target!r} is not a local folder or a pulled model", file=sys.stderr)
+        print(
+            f"specls bench: --target {args.target!r} is not a local folder or a pulled model", file=sys.stderr
+        )
         return 2
     config = DecodeSpeedConfig(
         target=source.location,

@@ -60,7 +60,7 @@ class KeystrokeConfig:
     tag: str = "cpu"
     timeout_s: float = 300  # for loading the model and for the last answer of each file
     peer: str | None = None  # "llama-server": the same typing, in the same run, into a llama.vim-style client
-    server_log_level: str = "WARNING"  # INFO logs each warm-up and growth: for finding out why, not for timing
+    server_log_level: str = "WARNING"  # INFO logs each warm-up and growth: to find out why, not to time
 
 
 @dataclass

@@ -49,7 +49,9 @@ def test_bench_report_check_passes_through_specls() -> None:
     assert args.bench_command(args) == 0
 
 
-def test_decode_speed_names_a_missing_target_and_downloads_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+def test_decode_speed_names_a_missing_target_and_downloads_nothing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     args = build_parser().parse_args(["bench", "decode-speed", "--target", "/nonexistent/model"])
     assert args.bench_command(args) == 2
     assert "does not exist" in capsys.readouterr().err
