@@ -107,9 +107,10 @@ class HeldCancelToken(CancelToken):
     """A cancel that takes effect only once the job has held the engine for `hold_s` since `start()` (not
     before it starts: a job asked to yield at once still gets its hold)."""
 
-    def __init__(self, hold_s: float = GROW_HOLD_S) -> None:
+    def __init__(self, hold_s: float = GROW_HOLD_S, linked: CancelToken | None = None) -> None:
         super().__init__()
         self.hold_s = hold_s
+        self.linked = linked  # a token whose cancel counts as this one's (the warm-up a growth stands for)
         self._started: float | None = None
 
     def start(self) -> None:
@@ -117,7 +118,8 @@ class HeldCancelToken(CancelToken):
 
     @property
     def cancelled(self) -> bool:
-        if not super().cancelled or self._started is None:
+        asked = super().cancelled or (self.linked is not None and self.linked.cancelled)
+        if not asked or self._started is None:
             return False
         return time.monotonic() - self._started >= self.hold_s
 
@@ -376,6 +378,13 @@ class EngineWorker:
         backend, info, settings = self._backend, self._info, self._settings()
         if not isinstance(backend, WarmingBackend) or info is None or job.cancel.cancelled:
             return
+        if job.offset is not None and self._grows(backend, info, settings):
+            # Where requests read cut prompts, a full-size warm-up would evict the one they are served from:
+            # it is read aside instead, as a growth, and taken once read.
+            grown = self._run_grow(self._growth_for(job))
+            if grown is not None:
+                self._post(self._events.cache_warmed, job, grown)
+            return
         try:
             prompt = self._prompt(
                 backend, info, settings, job.uri, job.offset, lambda: self._snapshot_at(job)
@@ -438,9 +447,8 @@ class EngineWorker:
         if grow:
             document.grow_start_line, document.prompt_start_line = document.prompt_start_line, serving_start
         configured = settings.context.max_prompt_tokens
-        affordable = affordable_prompt_tokens(info, configured)
-        tight = affordable < configured  # else no peek (an encode per key)
-        grows = settings.warm and affordable < GROW_WHERE_AFFORDABLE_BELOW * configured
+        tight = affordable_prompt_tokens(info, configured) < configured  # else no peek (an encode per key)
+        grows = self._grows(backend, info, settings)
         if keystroke and tight and isinstance(backend, PromptCachingBackend) and ctx.mode != "none":
             grown = self._grown.pop(uri, None)
             if grown is not None and grown != serving_start:
@@ -461,34 +469,55 @@ class EngineWorker:
                 ctx = self._prompts.build_context(snapshot, uri, offset, info, shorter, count)
                 total = smaller  # the cut prompt holds at most this many tokens: no second encode per key
             if grows and total < GROW_BELOW_FRACTION * configured and document.prompt_start_line:
-                self._plan_growth(backend, info, uri, document.text, offset)
+                self._plan_growth(uri, document.text, offset)
         with self._store_lock:
             self._store.adopt_trees(snapshot)
         if ctx.mode == "none":
             return mode_none(ctx.why_none)
         return Prompt(ctx, offset)
 
-    def _plan_growth(
-        self, backend: CompletionBackend, info: BackendInfo, uri: str, text: str, offset: int
-    ) -> None:
+    @staticmethod
+    def _grows(backend: CompletionBackend, info: BackendInfo, settings: ServerSettings) -> bool:
+        """Whether full-size prompts are read aside (`GrowJob`): warm-ups on, a second cache, and a budget
+        that cuts deep."""
+        configured = settings.context.max_prompt_tokens
+        return (
+            settings.warm
+            and info.reads_prompts_aside
+            and isinstance(backend, AsideWarmingBackend)
+            and affordable_prompt_tokens(info, configured) < GROW_WHERE_AFFORDABLE_BELOW * configured
+        )
+
+    def _plan_growth(self, uri: str, text: str, offset: int) -> None:
         """Queue the growth of `uri`'s prompt (lowest priority), for its cursor's line start."""
-        if not (info.reads_prompts_aside and isinstance(backend, AsideWarmingBackend)):
-            return
         line_start = text.rfind("\n", 0, offset) + 1
         with self._cond:
             self._grow = GrowJob(uri, line_start, text[:line_start])
             self._cond.notify()
 
-    def _run_grow(self, job: GrowJob) -> None:
+    def _growth_for(self, job: WarmJob) -> GrowJob:
+        """The growth at a warm-up's cursor, cancelled with it (it is the running job the loop cancels)."""
+        assert job.offset is not None
+        with self._store_lock:
+            try:
+                text = self._store.get(job.uri).text
+            except UnknownDocumentError:
+                text = ""
+        offset = min(job.offset, len(text))
+        line_start = text.rfind("\n", 0, offset) + 1
+        return GrowJob(job.uri, line_start, text[:line_start], HeldCancelToken(hold_s=0.0, linked=job.cancel))
+
+    def _run_grow(self, job: GrowJob) -> WarmResult | None:
+        """Read `job`'s prompt aside; what is cached aside now, or None where nothing was read."""
         backend, info, settings = self._backend, self._info, self._settings()
         if not isinstance(backend, AsideWarmingBackend) or info is None or job.cancel.cancelled:
-            return
+            return None
         try:
             prompt = self._prompt(
                 backend, info, settings, job.uri, job.offset, lambda: self._snapshot_before(job), grow=True
             )
             if isinstance(prompt, str):
-                return
+                return None
             request = engine_request(prompt.ctx, settings, previous_completion="")
             started = time.monotonic()
             job.cancel.start()
@@ -505,12 +534,12 @@ class EngineWorker:
             )
         except Exception:  # an optimisation only, like a warm-up
             logger.exception("growth failed")
-            return
+            return None
         with self._store_lock:
             try:
                 start = self._store.get(job.uri).grow_start_line
             except UnknownDocumentError:
-                return
+                return result
         if done and start is not None:
             self._grown[job.uri] = start
         elif job.cancel.cancelled:
@@ -518,6 +547,7 @@ class EngineWorker:
             with self._cond:
                 if self._grow is None:
                     self._grow = GrowJob(job.uri, job.offset, job.before)
+        return result
 
     def _snapshot_before(self, job: GrowJob) -> DocumentStore | None:
         """A copy of the documents while `job`'s document still begins with the text it was planned for."""

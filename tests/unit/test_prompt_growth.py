@@ -21,7 +21,8 @@ from lsp_server.context import build_completion_context, finalize_completion
 from lsp_server.documents import DocumentStore, TextChange
 from lsp_server.jobs import Generation
 from lsp_server.scheduling.reasons import EmptyReason
-from lsp_server.scheduling.worker import EngineWorker, HeldCancelToken, PromptSteps
+from lsp_server.scheduling.warmups import WarmTrigger
+from lsp_server.scheduling.worker import EngineWorker, HeldCancelToken, PromptSteps, WarmJob
 
 URI = "file:///work/values.py"
 LINES = 400  # 6 fake tokens a line: 2,400 tokens, more than the configured 1,536
@@ -204,3 +205,37 @@ def test_a_held_cancel_lets_a_started_job_keep_the_engine_for_its_hold() -> None
     assert not running.cancelled  # the hold alone cancels nothing
     running.cancel()
     assert running.cancelled
+
+
+async def test_a_warm_up_where_the_budget_cuts_deep_is_read_aside_and_leaves_the_served_cache() -> None:
+    backend = TwoCacheBackend(aside=True)
+    warmed: list[str] = []
+    backend.warm = lambda request, cancel=None: warmed.append(request.prompt) or WarmResult(0, 0)  # type: ignore[method-assign]
+    worker, store, events = await run_worker(backend)
+    try:
+        await generate(worker, store, events, 1)
+        served = backend.served
+        await until(lambda: URI in worker._grown)
+        worker._grown.clear()
+        backend.read_aside.clear()
+
+        store.change(URI, 2, [TextChange((LINES, 0, LINES, 0), "v = 1\n")])  # a new line: a new growth is due
+        document = store.get(URI)
+        worker.warm(WarmJob(URI, document.version, len(document.text), WarmTrigger.IDLE))
+        await until(lambda: URI in worker._grown)
+        (grown,) = backend.read_aside
+        assert backend.count_tokens(grown) > 1000 and grown.endswith(
+            "v = 1\n"
+        )  # the full prompt at the cursor
+        assert not warmed and backend.served == served  # the cache requests are served from was left alone
+    finally:
+        worker.stop()
+
+
+def test_a_growth_standing_for_a_warm_up_stops_when_the_warm_up_is_cancelled() -> None:
+    warm_up = CancelToken()
+    token = HeldCancelToken(hold_s=0.0, linked=warm_up)
+    token.start()
+    assert not token.cancelled
+    warm_up.cancel()
+    assert token.cancelled
