@@ -333,17 +333,27 @@ class LocalEngine:
     def warm_aside(self, request: CompletionRequest, *, cancel: CancelToken | None = None) -> WarmResult:
         """`warm`, into the target's second cache: the one requests are served from keeps its prompt until a
         request's prompt shares more with this one. The draft model's cache is left alone. Where the
-        decoder cannot make a second cache (`BackendInfo.reads_prompts_aside` False) nothing is read."""
+        decoder cannot make a second cache (`BackendInfo.reads_prompts_aside` False) nothing is read.
+
+        A prompt that goes on from most of what the served cache holds (the user typed on after a grown
+        prompt took over) extends that cache instead, as the next request would: read aside, it would be
+        read again from its first token."""
         prompt_ids = self.encode(request.prompt)
         fitted, _ = fit_prompt(prompt_ids, self.target.max_length, request.max_new_tokens)
         with self._lock, torch.inference_mode():
             serving = common_prefix_length(self.target.cached_tokens, fitted)
             if serving >= len(fitted) - 1 or not isinstance(self.target, CacheCloningDecoder):
                 return WarmResult(len(fitted) if serving >= len(fitted) - 1 else serving, len(fitted))
-            if self._aside is None:
-                self._aside = self.target.with_own_cache()
-            sync_cache(self._aside, fitted, cancel)
-            cached = common_prefix_length(self._aside.cached_tokens, fitted)
+            aside = self._aside
+            shared_aside = common_prefix_length(aside.cached_tokens, fitted) if aside is not None else 0
+            if serving > shared_aside and 2 * serving >= len(self.target.cached_tokens):
+                reader: CausalDecoder = self.target
+            else:
+                if self._aside is None:
+                    self._aside = self.target.with_own_cache()
+                reader = self._aside
+            sync_cache(reader, fitted, cancel)
+            cached = common_prefix_length(reader.cached_tokens, fitted)
         return WarmResult(len(fitted) if cached >= len(fitted) - 1 else cached, len(fitted))
 
     def _draft_policy(self, request: CompletionRequest) -> DraftPolicy:

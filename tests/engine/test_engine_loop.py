@@ -364,3 +364,19 @@ def test_a_prompt_read_aside_keeps_the_served_one_and_takes_over_when_asked_for(
     # leaves the large one where a warm-up aside finds it whole.
     assert engine.complete(small).stats.reused_prompt_tokens > 0
     assert engine.warm_aside(large).cached_tokens == read.prompt_tokens
+
+
+def test_a_prompt_that_goes_on_from_the_served_one_extends_it_instead_of_being_read_aside(llama) -> None:
+    engine = local_engine(llama, llama)
+    text = decode(prompt_ids(30, seed=8))
+    longer = text + decode(prompt_ids(6, seed=10))
+    engine.warm(CompletionRequest(prompt=text, max_new_tokens=12))
+    served = engine.target.cached_tokens
+    read = engine.warm_aside(CompletionRequest(prompt=longer, max_new_tokens=12))
+    assert read.cached_tokens == read.prompt_tokens
+    assert engine.target.cached_tokens[: len(served)] == served  # the served cache went on from its prompt
+    assert engine._aside is None  # and no second cache was made for it
+    request = CompletionRequest(prompt=longer, max_new_tokens=12, drafter="lookup")
+    expected = hf_greedy(llama, engine.encode(longer), 12, stop_at=engine.eos_ids)
+    result = engine.complete(request)
+    assert result.token_ids == expected and result.stats.reused_prompt_tokens == read.prompt_tokens - 1

@@ -210,7 +210,12 @@ def test_a_held_cancel_lets_a_started_job_keep_the_engine_for_its_hold() -> None
 async def test_a_warm_up_where_the_budget_cuts_deep_is_read_aside_and_leaves_the_served_cache() -> None:
     backend = TwoCacheBackend(aside=True)
     warmed: list[str] = []
-    backend.warm = lambda request, cancel=None: warmed.append(request.prompt) or WarmResult(0, 0)  # type: ignore[method-assign]
+
+    def warm(request: CompletionRequest, *, cancel: CancelToken | None = None) -> WarmResult:
+        warmed.append(request.prompt)
+        return WarmResult(0, 0)
+
+    backend.warm = warm  # type: ignore[method-assign]
     worker, store, events = await run_worker(backend)
     try:
         await generate(worker, store, events, 1)
