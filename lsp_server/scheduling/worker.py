@@ -141,6 +141,13 @@ class GrowJob:
     cancel: HeldCancelToken = field(default_factory=HeldCancelToken)
 
 
+def growth_at_line(uri: str, text: str, offset: int, cancel: HeldCancelToken | None = None) -> GrowJob:
+    """The growth of `uri`'s prompt for the start of the line at `offset`, valid while the text up to there
+    stays as it is."""
+    line_start = text.rfind("\n", 0, offset) + 1
+    return GrowJob(uri, line_start, text[:line_start], cancel if cancel is not None else HeldCancelToken())
+
+
 # Grow a prompt only while it is below this share of the configured budget: a grown prompt fills ~3/4 of it
 # (`context.builder.STICKY_FILL`), so it is not grown again.
 GROW_BELOW_FRACTION = 0.6
@@ -490,9 +497,8 @@ class EngineWorker:
 
     def _plan_growth(self, uri: str, text: str, offset: int) -> None:
         """Queue the growth of `uri`'s prompt (lowest priority), for its cursor's line start."""
-        line_start = text.rfind("\n", 0, offset) + 1
         with self._cond:
-            self._grow = GrowJob(uri, line_start, text[:line_start])
+            self._grow = growth_at_line(uri, text, offset)
             self._cond.notify()
 
     def _growth_for(self, job: WarmJob) -> GrowJob:
@@ -503,9 +509,9 @@ class EngineWorker:
                 text = self._store.get(job.uri).text
             except UnknownDocumentError:
                 text = ""
-        offset = min(job.offset, len(text))
-        line_start = text.rfind("\n", 0, offset) + 1
-        return GrowJob(job.uri, line_start, text[:line_start], HeldCancelToken(hold_s=0.0, linked=job.cancel))
+        return growth_at_line(
+            job.uri, text, min(job.offset, len(text)), HeldCancelToken(0.0, linked=job.cancel)
+        )
 
     def _run_grow(self, job: GrowJob) -> WarmResult | None:
         """Read `job`'s prompt aside; what is cached aside now, or None where nothing was read."""
