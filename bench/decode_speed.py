@@ -51,7 +51,12 @@ if TYPE_CHECKING:
     from engine.decoder import CausalDecoder
 
 LEAN_ENGINES = ("lean-fp32", "lean-bf16", "lean-int8", "lean-int4", "lean-w8a8")
+# Exact engines (fp32, W8A8) compute a verify's rows as steps would (`LeanLlamaDecoder.rows_as_steps`); a name
+# with this suffix runs the batched kernels instead, to show what exactness costs. Not lossless.
+BATCHED = "-batched"
+BATCHED_ENGINES = ("lean-fp32" + BATCHED, "lean-w8a8" + BATCHED)
 ENGINES = (*LEAN_ENGINES, "llama.cpp")
+KNOWN_ENGINES = (*ENGINES, *BATCHED_ENGINES)
 METHODS = ("plain", "speculative-lookup")
 LOSS_WINDOWS = 2  # held-out windows of LOSS_WINDOW tokens for the quantization error
 LOSS_WINDOW = 256
@@ -126,7 +131,7 @@ class Engines:
 
         for name in names:
             before = process_memory_mb() or 0.0
-            precision = name.removeprefix("lean-")
+            precision = name.removeprefix("lean-").removesuffix(BATCHED)
             # W8A8 is the engine for CPUs without native bf16: its activations are fp32 there. llama.cpp reads
             # its GGUF; the model only checks the vocabulary.
             fp32 = precision in ("fp32", "w8a8") or name == "llama.cpp"
@@ -136,6 +141,8 @@ class Engines:
             decoder, _ = build_target_decoder(
                 model, str(folder), window, runtime=runtime, quantization=quantization, threads=threads
             )
+            if name.endswith(BATCHED):
+                decoder.rows_as_steps = False  # type: ignore[attr-defined]
             self.decoders[name] = decoder
             if runtime == "torch":
                 self.matmuls[name] = _matmul_runner(decoder)
@@ -803,7 +810,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=positive, default=64, help="per prompt (default: 64)")
     parser.add_argument("--threads", type=positive, default=1, help="torch CPU threads (default: 1)")
     parser.add_argument(
-        "--engines", type=names, default=ENGINES, help=f"comma-separated subset of {', '.join(ENGINES)}"
+        "--engines", type=names, default=ENGINES, help=f"comma-separated subset of {', '.join(KNOWN_ENGINES)}"
     )
     parser.add_argument("--no-llama-server", action="store_true", help="no llama-server rows")
     parser.add_argument("--draft", help="draft model folder (same tokenizer): adds model-drafted methods")
@@ -818,9 +825,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
-    unknown = [name for name in args.engines if name not in ENGINES]
+    unknown = [name for name in args.engines if name not in KNOWN_ENGINES]
     if unknown:
-        print(f"specls bench: unknown engines {unknown}; choose from {', '.join(ENGINES)}", file=sys.stderr)
+        print(
+            f"specls bench: unknown engines {unknown}; choose from {', '.join(KNOWN_ENGINES)}",
+            file=sys.stderr,
+        )
         return 2
     from engine.models import ModelLoadError, resolve_model_path
 

@@ -70,18 +70,25 @@ def test_decoder_refuses_to_overflow_its_window(build) -> None:
     assert len(decoder.cached_tokens) == 10  # the failed call changed nothing
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_every_query_count_matches_hf_forward_on_both_attention_paths(dtype: torch.dtype) -> None:
-    """A decode step and small verifies (grouped fp32 matmuls, up to FEW_QUERIES) and wider forwards (SDPA),
-    from the same cached prefix, against transformers' forward. fp32: equal to 1e-4. bf16: no further from
-    the exact (fp32) forward of the same bf16 weights than transformers' own bf16 forward is."""
+@pytest.mark.parametrize(
+    ("dtype", "rows_as_steps"),
+    [(torch.float32, False), (torch.float32, True), (torch.bfloat16, False)],
+    ids=["fp32-batched", "fp32-rows-as-steps", "bf16"],
+)
+def test_every_query_count_matches_hf_forward_on_every_attention_path(
+    dtype: torch.dtype, rows_as_steps: bool
+) -> None:
+    """A decode step and small verifies (grouped fp32 matmuls, up to FEW_QUERIES), wider forwards (SDPA) and
+    the exact row-by-row path, from the same cached prefix, against transformers' forward. fp32: equal to
+    1e-4. bf16: no further from the exact (fp32) forward of the same bf16 weights than transformers' own bf16
+    forward is."""
     from engine.lean import FEW_QUERIES
 
     model = tiny_llama(seed=11, layers=3).to(dtype)
     ids = prompt_ids(80, seed=4)
     exact = reference_logits(copy.deepcopy(model).float(), ids)
     hf_error = (reference_logits(model, ids) - exact).abs().amax(-1)  # per position
-    decoder = LeanLlamaDecoder(model)
+    decoder = LeanLlamaDecoder(model, rows_as_steps=rows_as_steps)
     decoder.prefill(ids[:40])
     for count in (1, 2, 3, FEW_QUERIES - 1, FEW_QUERIES, FEW_QUERIES + 1, 17):
         decoder.crop(40)
@@ -92,6 +99,26 @@ def test_every_query_count_matches_hf_forward_on_both_attention_paths(dtype: tor
         else:
             error = (logits - wanted).abs().amax(-1)
             assert (error <= 2 * hf_error[40 : 40 + count].max() + 0.05).all(), (count, error, hf_error.max())
+
+
+@pytest.mark.parametrize("quantization", ["none", "w8a8"])
+def test_an_exact_decoders_verify_rows_are_bit_for_bit_its_one_token_steps(quantization: str) -> None:
+    """fp32 and W8A8 promise lossless speculation: every row of a verify, at any width, is what a one-token
+    step at that position computes (padded projections and row-by-row attention in fp32; batched matmuls
+    round a row differently with the batch's shape on some CPUs, an AMD EPYC among them)."""
+    from engine.quantize import rowwise_int8_available
+
+    if quantization == "w8a8" and not rowwise_int8_available():
+        pytest.skip("no fbgemm in this torch build")
+    decoder = LeanLlamaDecoder(tiny_llama(seed=5, layers=2), quantization=quantization)  # type: ignore[arg-type]
+    assert decoder.rows_as_steps
+    ids = prompt_ids(60, seed=2)
+    decoder.prefill(ids[:30])
+    steps = torch.cat([decoder.forward([token]) for token in ids[30:47]])
+    for count in (2, 8, 9, 17):
+        decoder.crop(30)
+        assert torch.equal(decoder.forward(ids[30 : 30 + count]), steps[:count]), count
+    assert not LeanLlamaDecoder(tiny_llama(seed=5, layers=2).bfloat16()).rows_as_steps  # bf16: near-ties only
 
 
 @pytest.mark.parametrize("tied", [False, True])
