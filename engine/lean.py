@@ -43,10 +43,10 @@ FEW_QUERIES = 8
 # and checks between layers: a cancel waits for one layer of one piece, and nothing computed is lost (a
 # piece stopped part-way keeps its hidden states, and the next prefill of the same tokens goes on from there).
 INTERRUPTIBLE_CHUNK = 128
-# Where speculation is exact (fp32, W8A8), a forward that chooses tokens runs its full-precision projections
-# on blocks of exactly this many rows, zero-padded: measured on an AMD EPYC (Zen 4), an fp32 matmul of 1-3 rows
-# (5-7 and 9-11 on two threads) rounds differently from the same rows in a larger one, while every row of a
-# fixed shape rounds alike wherever it sits. A step then costs ~2x in fp32 matmuls (a reference mode).
+# In fp32 (the exact reference) a forward that chooses tokens runs its projections on blocks of exactly this
+# many rows, zero-padded: measured on an AMD EPYC (Zen 4), an fp32 matmul of 1-3 rows (5-7 and 9-11 on two
+# threads) rounds differently from the same rows in a larger one, while every row of a fixed shape rounds
+# alike wherever it sits. An fp32 step then costs ~1.8x (Qwen2.5-Coder-0.5B, 2 threads, AVX2 emulated).
 EXACT_ROWS = 8
 
 
@@ -145,9 +145,11 @@ class LeanLlamaDecoder:
         weight: torch.Tensor = model.get_input_embeddings().weight  # type: ignore[assignment]
         self.device, self.dtype = weight.device, weight.dtype
         self.quantization = check_quantization(quantization, self.device)
-        # Exact precisions (fp32, W8A8) promise a verify's rows what one-token steps compute: by default
-        # those decoders pad their projections and attend row by row (`_project_rows`, `_attend_rows`).
-        exact = self.dtype == torch.float32 and self.quantization in ("none", "w8a8")
+        # fp32 promises that a verify's rows are what one-token steps compute: by default it pads its
+        # projections and attends row by row (`_project_rows`, `_attend_rows`). W8A8's projections are exact
+        # per row anyway; its attention stays batched (exact rows cost a verify of 8 16% more there), so it
+        # parts from plain output only at near-ties, as bf16 does.
+        exact = self.dtype == torch.float32 and self.quantization == "none"
         self.rows_as_steps = exact if rows_as_steps is None else rows_as_steps
         with torch.inference_mode():
             inner: Any = model.model
@@ -286,7 +288,7 @@ class LeanLlamaDecoder:
         # Reading a prompt chooses no token: projections may take their faster path (W8A8's single pass).
         project: Callable[[Linear, torch.Tensor], torch.Tensor] = _choose_tokens if logits else read_prompt
         rows_as_steps = logits and self.rows_as_steps
-        if rows_as_steps and self.quantization == "none":  # W8A8's integer rows are exact at any count
+        if rows_as_steps and self.quantization == "none":  # quantized rows take their own kernels' shapes
             project = _project_rows
         heads, kv_heads, head_dim = self.num_heads, self.num_kv_heads, self.head_dim
         rotated_width = (heads + kv_heads) * head_dim  # q and k columns of the fused projection

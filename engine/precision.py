@@ -1,8 +1,9 @@
 """What "lossless" means below fp32: greedy speculative output may leave plain greedy output only at near-ties.
 
 A verify over k + 1 positions and a single-token step compute the same logits with different kernels and
-accumulation orders. In fp32 the difference is ~1e-6 and never flips an argmax in practice; in bf16, int8 or
-int4 (and llama.cpp's quantized kernels) it is ~0.01-0.1 of a logit, so when the plain run's two best tokens
+accumulation orders. fp32 avoids that by construction (the lean decoder computes a verify's rows as steps
+would, `LeanLlamaDecoder.rows_as_steps`: a ~1e-6 difference flipped a token on an AMD EPYC); in bf16, int8,
+int4 or W8A8 (and llama.cpp's quantized kernels) it is ~0.01-0.1 of a logit, so when the plain run's two best tokens
 are that close the speculative run may pick the other one, and the two texts part ways from there. vLLM
 documents the same limit for batched verification.
 

@@ -123,7 +123,7 @@ class RowwiseInt8Linear:
     rounding and a verify would no longer compute what a one-token step computes. Here each row is scaled
     to integers on its own, and two constant columns (-64 and 63, against zero weights) pin the kernel's
     own scale to exactly 1 and its zero point to 64, so it quantizes nothing further. Integer sums are
-    exact, so every row's result is bit for bit what it would be alone: a verify equals its steps.
+    exact, so every row's result is bit for bit what it would be alone: a verify's projections equal its steps'.
 
     A call that chooses tokens (`__call__`) quantizes the first pass's rounding error again, as extra rows
     of the same matmul (the weights are read once): activation error falls from ~1% to ~0.01%, and

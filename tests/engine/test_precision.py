@@ -168,6 +168,7 @@ def _code_prompts(tokenizer: object, count: int = 3, length: int = 120) -> list[
         (torch.bfloat16, "int4"),
         (torch.float32, "int8"),
         (torch.float32, "int4"),
+        (torch.float32, "w8a8"),
     ],
 )
 def test_speculative_greedy_leaves_plain_greedy_only_at_near_ties(

@@ -1,19 +1,29 @@
-"""W8A8 (`engine.quantize.RowwiseInt8Linear`): every row computed as it would be alone, accurate to int8
-weights when it chooses tokens, and speculative greedy output equal to plain greedy output of the same model."""
+"""W8A8 (`engine.quantize.RowwiseInt8Linear`): every projected row computed as it would be alone, accurate to
+int8 weights when it chooses tokens, and speculative greedy output that leaves plain greedy output of the same
+model only at a near-tie (attention runs batched)."""
 
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
-from engine_core_support import CODE, decode, local_engine, prompt_ids, tiny_llama
+from engine_core_support import (
+    CODE,
+    assert_parts_only_at_a_near_tie,
+    decode,
+    local_engine,
+    prompt_ids,
+    tiny_llama,
+)
 
 from engine.api import CompletionRequest
 from engine.drafters.length import FixedDraftPolicy
 from engine.hardware import OVERHEAD_BOUND_PARAMS, choose_target_quantization
 from engine.lean import LeanLlamaDecoder
+from engine.precision import top2_margin
 from engine.quantize import RowwiseInt8Linear, quantize_int8, rowwise_int8_available
 
 pytestmark = pytest.mark.skipif(not rowwise_int8_available(), reason="no fbgemm in this torch build")
@@ -82,16 +92,29 @@ def test_the_lean_decoder_in_w8a8_agrees_with_fp32_on_a_tiny_model() -> None:
     assert agreement >= 0.9
 
 
+def plain_step_margins(engine: Any, plain_ids: list[int]) -> list[float]:
+    """The top-2 margin that chose each plain token, from one-token steps over the cache the plain run left
+    (its prompt, then every generated token but the last)."""
+    decoder = engine.target
+    start = len(decoder.cached_tokens) - len(plain_ids)  # the prompt's last token, fed by the first step
+    fed = decoder.cached_tokens[start:]
+    decoder.crop(start)
+    return [top2_margin(decoder.forward([token])[-1]) for token in fed]
+
+
 @pytest.mark.parametrize("drafter", ["lookup", "suffix", "stale", "hybrid"])
-def test_speculative_greedy_output_is_plain_greedy_output_of_the_same_w8a8_model(drafter: str) -> None:
+def test_speculative_greedy_output_leaves_plain_w8a8_output_only_at_near_ties(drafter: str) -> None:
+    """Projections are exact per row; attention is batched (`LeanLlamaDecoder.rows_as_steps` is off for W8A8,
+    a verify of 8 would cost 16% more), so a verify may round a row differently and part at a near-tie."""
     torch.set_num_threads(1)
     target = tiny_llama(seed=11)
     engine = local_engine(target, tiny_llama(seed=12))
     engine_w8a8 = type(engine)(pair=engine.pair, quantization="w8a8", keep_hf_model=True)
-    assert engine_w8a8.runtime.weights == "fp32 + w8a8 weights"
+    assert engine_w8a8.runtime.weights == "fp32 + w8a8 weights" and not engine_w8a8.target.rows_as_steps
     prompt = decode(prompt_ids(30, seed=4)) + CODE[0]
     plain = engine_w8a8.complete(CompletionRequest(prompt=prompt, max_new_tokens=40, drafter="none"))
     want = plain.token_ids
+    margins = plain_step_margins(engine_w8a8, want)
     request = CompletionRequest(
         prompt=prompt,
         max_new_tokens=40,
@@ -102,7 +125,7 @@ def test_speculative_greedy_output_is_plain_greedy_output_of_the_same_w8a8_model
         draft_policy=FixedDraftPolicy(8),
     )
     result = engine_w8a8.complete(request)
-    assert result.token_ids == want
+    assert_parts_only_at_a_near_tie(want, result.token_ids, margins)
     assert result.stats.accepted > 0  # verifies of several rows ran and were checked against the steps
 
 
