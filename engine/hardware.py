@@ -147,7 +147,7 @@ def choose_target_quantization(
 
 
 W8A8_REASON = (
-    "no native bf16: int8 weights and per-row int8 activations (fbgemm) read a quarter of fp32's bytes; "
+    "fp32 on a CPU: int8 weights and per-row int8 activations (fbgemm) read a quarter of fp32's bytes; "
     "token choices exact to int8 weights, prompts read in one pass"
 )
 

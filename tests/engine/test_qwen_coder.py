@@ -45,8 +45,9 @@ QWEN_SPECIALS = CATALOG[SMALL].end_tokens
 
 
 def load(target: str, draft: str, keep_hf_model: bool = False, draft_quantization: str = "auto") -> Any:
-    """The engine as the server loads it: HF weights released once the lean decoders hold them, unless a test
-    runs the HF module itself (`keep_hf_model`); draft weights as `auto` picks for this CPU unless named."""
+    """The engine as the server loads it, in plain fp32 (the exact reference; `auto` would pick W8A8, which
+    parts only at near-ties): HF weights released once the lean decoders hold them, unless a test runs the HF
+    module itself (`keep_hf_model`); draft weights as `auto` picks for this CPU unless named."""
     from engine.service import LocalEngine
 
     torch.set_num_threads(2)
@@ -57,6 +58,7 @@ def load(target: str, draft: str, keep_hf_model: bool = False, draft_quantizatio
         dtype="fp32",
         max_context=1024,
         runtime="torch",
+        quantization="none",
         keep_hf_model=keep_hf_model,
         draft_quantization=draft_quantization,
     )

@@ -51,9 +51,16 @@ def engine() -> Any:
 
     torch.set_num_threads(1)
     # The torch runtime: the fp32 identity is a claim about it (the GGUF beside the model is Q4_1 for llama.cpp).
-    # keep_hf_model: the sampling test runs the HF module itself as its reference.
+    # quantization "none": `auto` would run W8A8 for an fp32 model of this size. keep_hf_model: the sampling
+    # test runs the HF module itself as its reference.
     return LocalEngine(
-        target=NAME, device="cpu", dtype="fp32", max_context=1024, runtime="torch", keep_hf_model=True
+        target=NAME,
+        device="cpu",
+        dtype="fp32",
+        max_context=1024,
+        runtime="torch",
+        quantization="none",
+        keep_hf_model=True,
     )
 
 
@@ -67,6 +74,7 @@ def test_the_pulled_model_loads_without_a_draft_model_in_fp32(engine: Any) -> No
     info = engine.info()
     assert info.draft is None and engine.draft_decoder is None
     assert engine.pair.dtype == torch.float32 and engine.pair.target.num_parameters() == 134_515_008
+    assert engine.runtime.weights == "fp32" and engine.target.rows_as_steps  # exact verify rows
     assert not any("fim" in token for token in info.special_tokens)  # prefix-only prompts
     assert {0, 2} <= engine.eos_ids  # <|endoftext|> and <|im_end|> both end a completion
     with pytest.raises(ValueError, match="needs a draft model"):
