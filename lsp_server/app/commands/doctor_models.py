@@ -135,6 +135,7 @@ def check_fim(special_tokens: tuple[str, ...]) -> Check:
 
 def check_dtype(target: str | None, device: str, requested: str) -> list[Check]:
     """The precision the server would run in, and the evidence for it (CPU flags, model size)."""
+    from engine.hardware import choose_target_quantization
     from engine.models import (
         choose_dtype,
         cpu_bf16_support,
@@ -145,11 +146,14 @@ def check_dtype(target: str | None, device: str, requested: str) -> list[Check]:
 
     source = resolve_model_path(target, "target")
     params = safetensors_params(Path(source.location)) if source.is_local else None
-    name, reason = choose_dtype(requested, pick_device(device).type, params, cpu_bf16_support())
+    device_type = pick_device(device).type
+    name, reason = choose_dtype(requested, device_type, params, cpu_bf16_support())
+    quantization, _ = choose_target_quantization("auto", device_type, name, params)
     lossless = "greedy speculative output is token-identical to plain decoding"
-    if name == "bf16":
+    if name == "bf16" or quantization != "none":
         lossless = (
-            "greedy speculative output may differ from plain decoding only at near-ties (--dtype fp32: never)"
+            f"{name if quantization == 'none' else quantization}: greedy speculative output may differ from "
+            "plain decoding only at near-ties (--dtype fp32 --quantize none: never)"
         )
     checks = [Check("dtype", "ok", f"{name} ({reason}); {lossless}")]
     if params:
