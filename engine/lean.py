@@ -4,7 +4,8 @@ block with q/k/v biases), run by a few plain tensor ops.
 Why: at the bundled sizes the HF forward is dominated by per-call Python overhead. This path
 keeps one preallocated key/value tensor per layer, written by position (gpt-fast style), so a rollback is
 just forgetting positions: rejected slots are overwritten by the next forward. Attention is SDPA for a
-prompt chunk and two grouped fp32 matmuls for a decode step or a small verify (`_attend_few`).
+prompt chunk and two grouped fp32 matmuls for a decode step or a small verify (`_attend_few`); in plain fp32
+a verify's rows are computed one by one, as steps (`rows_as_steps`: the exact reference).
 q/k/v and gate/up projections are fused into one matmul each; every projection, the vocabulary one included,
 may hold int8 or int4 weights (`engine.quantize`); with `dense_for_many` (a draft model) the layers keep
 the full-precision weights too, for reading prompts.
