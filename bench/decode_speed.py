@@ -51,10 +51,10 @@ if TYPE_CHECKING:
     from engine.decoder import CausalDecoder
 
 LEAN_ENGINES = ("lean-fp32", "lean-bf16", "lean-int8", "lean-int4", "lean-w8a8")
-# Exact engines (fp32, W8A8) compute a verify's rows as steps would (`LeanLlamaDecoder.rows_as_steps`); a name
-# with this suffix runs the batched kernels instead, to show what exactness costs. Not lossless.
+# Plain fp32 computes a verify's rows as steps would (`LeanLlamaDecoder.rows_as_steps`); this engine runs the
+# batched kernels instead, to show what exactness costs. Not lossless. (W8A8 runs batched attention anyway.)
 BATCHED = "-batched"
-BATCHED_ENGINES = ("lean-fp32" + BATCHED, "lean-w8a8" + BATCHED)
+BATCHED_ENGINES = ("lean-fp32" + BATCHED,)
 ENGINES = (*LEAN_ENGINES, "llama.cpp")
 KNOWN_ENGINES = (*ENGINES, *BATCHED_ENGINES)
 METHODS = ("plain", "speculative-lookup")

@@ -279,8 +279,9 @@ class LeanLlamaDecoder:
         else:
             first_layer, hidden = 0, F.embedding(torch.tensor(token_ids, device=self.device), self.embed)
         cos, signed_sin = self.cos[start:end], self.signed_sin[start:end]
+        rows_as_steps = logits and self.rows_as_steps  # each row attends alone: no mask
         mask = float_mask = None
-        if count > 1:  # query i sits at position start + i and sees keys 0..start + i
+        if count > 1 and not rows_as_steps:  # query i sits at position start + i and sees keys 0..start + i
             # Additive, built once: SDPA would turn a boolean mask into this in every layer.
             hidden_keys = self.positions[:end] > self.positions[start:end, None]
             float_mask = torch.zeros(hidden_keys.shape, device=self.device)
@@ -288,7 +289,6 @@ class LeanLlamaDecoder:
             mask = float_mask.to(self.dtype)
         # Reading a prompt chooses no token: projections may take their faster path (W8A8's single pass).
         project: Callable[[Linear, torch.Tensor], torch.Tensor] = _choose_tokens if logits else read_prompt
-        rows_as_steps = logits and self.rows_as_steps
         if rows_as_steps and self.quantization == "none":  # quantized rows take their own kernels' shapes
             project = _project_rows
         heads, kv_heads, head_dim = self.num_heads, self.num_kv_heads, self.head_dim

@@ -113,13 +113,12 @@ def test_doctor_says_what_the_weights_will_take_in_the_chosen_precision() -> Non
 def test_doctor_says_w8a8_and_bf16_part_only_at_near_ties_and_plain_fp32_never(monkeypatch) -> None:
     import engine.hardware
     from engine.models import BUNDLED_DIR
+    from engine.quantize import rowwise_int8_available
     from lsp_server.app.commands.doctor_models import check_dtype
 
     small = str(BUNDLED_DIR / "target")  # overhead-bound: plain fp32
     assert "token-identical" in check_dtype(small, "cpu", "fp32")[0].detail
     assert "near-ties" in check_dtype(small, "cpu", "bf16")[0].detail
-    from engine.quantize import rowwise_int8_available
-
     if not rowwise_int8_available():
         pytest.skip("no fbgemm: fp32 stays plain")
     monkeypatch.setattr(engine.hardware, "OVERHEAD_BOUND_PARAMS", 1)  # as for a 0.5B model: W8A8 in fp32
