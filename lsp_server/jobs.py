@@ -43,6 +43,7 @@ class Generation:
     # A prefetch: `doc_text` is the document with this suggestion assumed accepted just before `anchor`.
     assumed_accepted: str = ""
     answered_short: bool = False  # a request got only its first line or a mid-line part, before it finished
+    at_rest: bool = False  # started where the cursor came to rest, before any request: a tighter budget
     waiters: list[Waiter] = field(default_factory=list)
 
     def assumed_part_typed(self, text: str) -> int | None:

@@ -13,6 +13,7 @@ that finished) keeps its full size: its uncached part is a few tokens. Where the
 from __future__ import annotations
 
 from engine.api import BackendInfo
+from engine.costs import AT_REST_SUGGESTION_S as AT_REST_SUGGESTION_S
 from engine.costs import FIRST_LINE_TOKENS as FIRST_LINE_TOKENS
 from engine.costs import FIRST_SUGGESTION_S as FIRST_SUGGESTION_S
 from engine.costs import MIN_PROMPT_TOKENS as MIN_PROMPT_TOKENS

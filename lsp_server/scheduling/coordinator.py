@@ -168,7 +168,7 @@ class Scheduler:
         state, self._last_uri = self._documents.of(uri), uri
         state.cursor, document = offset, self.store.find(uri) if self.state == "ready" else None
         if document and suggest_at_rest(self.policy, state, document, self._suggestions):
-            self._submit(uri, document.version, document.text, offset)  # idle time makes the suggestion
+            self._submit(uri, document.version, document.text, offset, at_rest=True)  # idle time makes it
             return
         self._backend.warm(uri, offset, WarmTrigger.CURSOR)
 
@@ -256,14 +256,16 @@ class Scheduler:
             return generation.end_reason or EmptyReason.NOTHING_LEFT
         return Suggestion(answer, suggestion_id(generation.id))
 
-    def _submit(self, uri: str, version: int, text: str, offset: int) -> Generation:
-        """Start a generation at the cursor: newest wins, and every replaced request is still answered."""
+    def _submit(self, uri: str, version: int, text: str, offset: int, *, at_rest: bool = False) -> Generation:
+        """Start a generation at the cursor: newest wins, and every replaced request is still answered.
+        `at_rest`: started where the cursor rests, before a request (its budget is tighter)."""
         self._prefetches.drop_all()  # a real request goes first
         state = self._documents.of(uri)
         previous = state.generation
         if previous is not None and not previous.done:
             self._generations.cancel(previous, EmptyReason.SUPERSEDED)
-        generation = self._generations.new(uri, version, text, offset, previous.text if previous else "")
+        previous_text = previous.text if previous else ""
+        generation = self._generations.new(uri, version, text, offset, previous_text, at_rest=at_rest)
         self._documents.set_generation(state, generation)
         for other in self._documents.generations():  # nobody waits on them: another document goes first
             if other.uri != uri and not other.done and not other.waiters:

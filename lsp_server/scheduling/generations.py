@@ -35,11 +35,20 @@ class Generations:
         self._ids = itertools.count(1)
 
     def new(
-        self, uri: str, version: int, doc_text: str, anchor: int, previous: str, assumed_accepted: str = ""
+        self,
+        uri: str,
+        version: int,
+        doc_text: str,
+        anchor: int,
+        previous: str,
+        assumed_accepted: str = "",
+        *,
+        at_rest: bool = False,
     ) -> Generation:
         return Generation(
-            next(self._ids), uri, version, doc_text, anchor, previous, assumed_accepted=assumed_accepted
-        )
+            next(self._ids), uri, version, doc_text, anchor, previous, assumed_accepted=assumed_accepted,
+            at_rest=at_rest,
+        )  # fmt: skip
 
     def queue(self, generation: Generation) -> None:
         """Queue on the worker; the document's older queued one is replaced, and answered empty."""

@@ -38,7 +38,12 @@ from lsp_server.context import CompletionContext, ContextSettings
 from lsp_server.documents import DocumentStore, OutOfSyncError, UnknownDocumentError
 from lsp_server.engine_request import engine_request, without_lone_surrogates
 from lsp_server.jobs import FairQueue, Generation, is_current
-from lsp_server.scheduling.budget import affordable_prompt_tokens, needs_smaller_prompt
+from lsp_server.scheduling.budget import (
+    AT_REST_SUGGESTION_S,
+    FIRST_SUGGESTION_S,
+    affordable_prompt_tokens,
+    needs_smaller_prompt,
+)
 from lsp_server.scheduling.prefetch import untyped_rest
 from lsp_server.scheduling.reasons import EmptyReason, mode_none
 from lsp_server.scheduling.warmups import WarmTrigger, warm_offset
@@ -353,6 +358,7 @@ class EngineWorker:
                 generation.anchor,
                 lambda: self._snapshot_for(generation),
                 keystroke=True,
+                seconds=AT_REST_SUGGESTION_S if generation.at_rest else FIRST_SUGGESTION_S,
             )
             if isinstance(prompt, str):  # stale (the client asks again) or no completion belongs here
                 finish: FinishReason = "cancelled" if prompt == EmptyReason.STALE_CONTEXT else "stop"
@@ -427,13 +433,14 @@ class EngineWorker:
         *,
         keystroke: bool = False,
         grow: bool = False,
+        seconds: float = FIRST_SUGGESTION_S,
     ) -> Prompt | str:
         """The one path from a job to its prompt, for generations and warm-ups alike: snapshot (under the
         store lock) → build the context from the copy → adopt the trees it parsed. Returns why not when the
         document went stale or no completion belongs at the cursor. `offset` None: the cursor is unknown.
         A `keystroke` (a generation, not a warm-up) gets a prompt it can read in time (`budget`), and where
         that is smaller than the configured one, the full one is planned to be read aside (`GrowJob`) and
-        taken once read. `grow`: the prompt for that, from its own start."""
+        taken once read; `seconds` is its budget. `grow`: the prompt for that, from its own start."""
         # The lock is held only to copy the documents: the prompt is built from the copy while the event
         # loop goes on applying edits (a slow prompt must never hold up a keystroke).
         with self._store_lock:
@@ -454,7 +461,7 @@ class EngineWorker:
         if grow:
             document.grow_start_line, document.prompt_start_line = document.prompt_start_line, serving_start
         configured = settings.context.max_prompt_tokens
-        tight = affordable_prompt_tokens(info, configured) < configured  # else no peek (an encode per key)
+        tight = affordable_prompt_tokens(info, configured, seconds) < configured  # else no peek (an encode)
         grows = self._grows(backend, info, settings)
         if keystroke and tight and isinstance(backend, PromptCachingBackend) and ctx.mode != "none":
             grown = self._grown.pop(uri, None)
@@ -463,18 +470,25 @@ class EngineWorker:
                 document.prompt_start_line = grown
                 larger = self._prompts.build_context(snapshot, uri, offset, info, settings.context, count)
                 cached, total = backend.prompt_tokens_cached(without_lone_surrogates(larger.prompt))
-                if larger.mode != "none" and needs_smaller_prompt(cached, total, info, configured) is None:
+                if (
+                    larger.mode != "none"
+                    and needs_smaller_prompt(cached, total, info, configured, seconds) is None
+                ):
                     logger.info("%s: the prompt grown aside takes over (%d tokens)", uri, total)
                     ctx = larger
                 else:
                     document.prompt_start_line = serving_start
             # A prompt the engine cannot read before the next key is worth less than a shorter one it can.
             cached, total = backend.prompt_tokens_cached(without_lone_surrogates(ctx.prompt))
-            smaller = needs_smaller_prompt(cached, total, info, configured)
+            smaller = needs_smaller_prompt(cached, total, info, configured, seconds)
             if smaller is not None:
                 shorter = replace(settings.context, max_prompt_tokens=smaller)
                 ctx = self._prompts.build_context(snapshot, uri, offset, info, shorter, count)
                 total = smaller  # the cut prompt holds at most this many tokens: no second encode per key
+                if seconds < FIRST_SUGGESTION_S and not grows:
+                    # Cut for a suggestion at rest, with no growth planned to replace it: requests would keep
+                    # its start (and its small size) for good, so they choose their own.
+                    document.prompt_start_line = serving_start
             if grows and total < GROW_BELOW_FRACTION * configured and document.prompt_start_line:
                 self._plan_growth(uri, document.text, offset)
         with self._store_lock:

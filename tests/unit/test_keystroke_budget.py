@@ -40,6 +40,14 @@ def test_affordable_prompt_tokens(backend: BackendInfo, configured: int, expecte
     assert affordable_prompt_tokens(backend, configured) == expected
 
 
+def test_a_suggestion_started_at_rest_gets_the_tighter_budget() -> None:
+    from lsp_server.scheduling.budget import AT_REST_SUGGESTION_S
+
+    assert affordable_prompt_tokens(AMX, 1536, AT_REST_SUGGESTION_S) == int(650 * (1.0 - 12 * 0.045))  # 299
+    assert affordable_prompt_tokens(LAPTOP, 1536, AT_REST_SUGGESTION_S) == MIN_PROMPT_TOKENS  # the floor
+    assert needs_smaller_prompt(1400, 1500, LAPTOP, 1536, AT_REST_SUGGESTION_S) == MIN_PROMPT_TOKENS
+
+
 @pytest.mark.parametrize(
     ("cached", "total", "backend", "expected"),
     [

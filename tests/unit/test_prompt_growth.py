@@ -174,6 +174,25 @@ async def test_the_cut_prompt_stays_without_a_second_cache_or_warm_ups_or_where_
         worker.stop()
 
 
+async def test_a_suggestion_started_at_rest_reads_a_shorter_prompt_than_a_request() -> None:
+    """Started where the cursor rests (0.2 s after a file opens), it must be ready when the user asks after a
+    pause of about a second: AT_REST_SUGGESTION_S, not FIRST_SUGGESTION_S, sizes its prompt."""
+    from lsp_server.scheduling.budget import AT_REST_SUGGESTION_S, affordable_prompt_tokens
+
+    backend = TwoCacheBackend(aside=False, prompt_tokens_per_s=600)  # a request affords ~540 tokens
+    worker, store, events = await run_worker(backend)
+    try:
+        submit(worker, store, events, 1, at_rest=True)
+        await asyncio.wait_for(events.ended[1], timeout=5)
+        backend.served = ""  # the next request finds nothing cached, as in another file
+        await generate(worker, store, events, 2)
+        at_rest, request = (backend.count_tokens(call[0].prompt) for call in backend.calls)
+        most_at_rest = affordable_prompt_tokens(backend.info(), 1536, AT_REST_SUGGESTION_S)  # 240
+        assert at_rest <= most_at_rest < request  # its own start: the one cut at rest did not stick
+    finally:
+        worker.stop()
+
+
 async def test_a_prefetch_waiting_behind_a_growth_is_dropped_for_it() -> None:
     backend = TwoCacheBackend(aside=True)
     worker, store, events = await run_worker(backend)
