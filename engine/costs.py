@@ -78,8 +78,8 @@ def conservative_speedup(costs: StepCosts, acceptance: float = CONSERVATIVE_ACCE
 FIRST_SUGGESTION_S = 1.5  # the first suggestion in a just-opened file, from request to ghost text
 # A suggestion started where the cursor comes to rest (`specls/cursor`, 0.2 s after a file opens) should be
 # ready when the user, after a pause of about a second, asks for it: so it gets a tighter budget, a shorter
-# prompt read sooner (the full one is grown aside afterwards). 0.8 s cut too deep: on an AVX2 laptop its
-# ~150-token prompts left one suggestion in three empty, and the request then started over.
+# prompt read sooner (the full one is grown aside afterwards). 0.8 s cut too deep: on an AVX2 laptop one of
+# three probes' ~150-token suggestions was not served, and the request started over (bench/results/patched).
 AT_REST_SUGGESTION_S = 1.0
 FIRST_LINE_TOKENS = 12  # tokens of a typical first line of code, generated after the prompt is read
 MIN_PROMPT_TOKENS = 128  # below this the model sees too little of the file to be right
