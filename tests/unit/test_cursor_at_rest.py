@@ -67,6 +67,8 @@ async def test_the_request_after_a_pause_is_served_by_the_generation_the_resting
     harness = await make_harness(RULES, token_delay_s=0.01, warm=True)
     harness.open(URI, TEXT)
     harness.scheduler.cursor_moved(URI, *harness.end(URI))
+    made = harness.scheduler._documents.of(URI).generation
+    assert made is not None and made.at_rest  # the worker gives it the tighter at-rest budget
     await asyncio.sleep(0.5)  # the user pauses; the suggestion is made meanwhile
     started = harness.scheduler.stats.generations
     assert started == 1
