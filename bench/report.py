@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from collections.abc import Iterable
@@ -84,6 +85,22 @@ def model_of(result: dict[str, Any]) -> str:
     return Path(str(target)).name if "/" in str(target) else str(target)
 
 
+# This project's top-level folders: code written after the catalog models were trained.
+PROJECT_FOLDERS = ("engine", "lsp_server", "bench", "tests", "editor_clients")
+
+
+def typed_files(files: Iterable[str]) -> str:
+    """The files a typist replay was given, as its question names them: this project's own, or others (a
+    replay of other code must not replace the answer for this project's)."""
+    files = list(files)
+    own = all(Path(name).parts[:1] and Path(name).parts[0] in PROJECT_FOLDERS for name in files)
+    if own:
+        return f"{len(files)} of this project's files"
+    common = os.path.commonpath(files) if len(files) > 1 else str(Path(files[0]).parent) if files else ""
+    named = common not in ("", ".") and not Path(common).is_absolute()  # no machine's own paths
+    return f"{len(files)} given files" + (f" under {common}/" if named else "")
+
+
 def _percent(value: float) -> str:
     return f"{100 * value:.1f}%"
 
@@ -124,7 +141,7 @@ def answer_of(kind: str, result: dict[str, Any]) -> tuple[str, str] | None:
         latency = summary.get("suggestion_latency_ms") or {}
         cancel = (summary.get("server") or {}).get("cancel_to_idle_ms") or {}
         files = config.get("files") or ()
-        typed = f"{len(files)} given files" if files else f"{config.get('count', '?')} held-out files"
+        typed = typed_files(files) if files else f"{config.get('count', '?')} held-out files"
         typed += "".join(f", {key} {value}" for key, value in sorted((config.get("settings") or {}).items()))
         # Another seed types the same files at another cadence: a repeat, kept beside the first run.
         typed += f", seed {config['seed']}" if config.get("seed") else ""

@@ -55,6 +55,20 @@ def test_a_repeat_with_another_seed_keeps_its_own_row(tmp_path: Path) -> None:
     assert any(row.question.endswith(", seed 1") for row in rows)
 
 
+def test_a_replay_of_other_code_keeps_its_own_row_beside_this_projects(tmp_path: Path) -> None:
+    own = _keystrokes("2026-12-01T00:00:00Z", 0.7, 1.0)
+    own["config"] = {**own["config"], "files": ["lsp_server/documents.py", "engine/speculative.py"]}  # type: ignore[dict-item]
+    other = _keystrokes("2026-12-02T00:00:00Z", 0.5, 1.0)
+    other["config"] = {**other["config"], "files": ["src/agents/guardrail.py", "src/agents/x/computer.py"]}  # type: ignore[dict-item]
+    (tmp_path / "keystrokes-own.json").write_text(json.dumps(own))
+    (tmp_path / "keystrokes-other.json").write_text(json.dumps(other))
+    questions = sorted(row.question for row in report.rows(tmp_path))
+    assert [q.rsplit(", ", 1)[-1] for q in questions] == [
+        "2 given files under src/agents/",
+        "2 of this project's files",
+    ]
+
+
 def test_the_cpu_class_comes_from_the_record_else_from_what_the_run_implies() -> None:
     # An emulated class is its own table, never mistaken for the real one.
     assert report.cpu_class_of({"cpu_class": "AVX2-only (emulated: ...)"}, "x") == "AVX2-only (emulated)"
