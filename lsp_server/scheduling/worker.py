@@ -358,7 +358,7 @@ class EngineWorker:
                 generation.anchor,
                 lambda: self._snapshot_for(generation),
                 keystroke=True,
-                seconds=AT_REST_SUGGESTION_S if generation.at_rest else FIRST_SUGGESTION_S,
+                at_rest=generation.at_rest,
             )
             if isinstance(prompt, str):  # stale (the client asks again) or no completion belongs here
                 finish: FinishReason = "cancelled" if prompt == EmptyReason.STALE_CONTEXT else "stop"
@@ -433,14 +433,15 @@ class EngineWorker:
         *,
         keystroke: bool = False,
         grow: bool = False,
-        seconds: float = FIRST_SUGGESTION_S,
+        at_rest: bool = False,
     ) -> Prompt | str:
         """The one path from a job to its prompt, for generations and warm-ups alike: snapshot (under the
         store lock) → build the context from the copy → adopt the trees it parsed. Returns why not when the
         document went stale or no completion belongs at the cursor. `offset` None: the cursor is unknown.
         A `keystroke` (a generation, not a warm-up) gets a prompt it can read in time (`budget`), and where
         that is smaller than the configured one, the full one is planned to be read aside (`GrowJob`) and
-        taken once read; `seconds` is its budget. `grow`: the prompt for that, from its own start."""
+        taken once read; `at_rest` (started where the cursor rests) gets the tighter budget. `grow`: the
+        prompt for that, from its own start."""
         # The lock is held only to copy the documents: the prompt is built from the copy while the event
         # loop goes on applying edits (a slow prompt must never hold up a keystroke).
         with self._store_lock:
@@ -461,6 +462,7 @@ class EngineWorker:
         if grow:
             document.grow_start_line, document.prompt_start_line = document.prompt_start_line, serving_start
         configured = settings.context.max_prompt_tokens
+        seconds = AT_REST_SUGGESTION_S if at_rest else FIRST_SUGGESTION_S
         tight = affordable_prompt_tokens(info, configured, seconds) < configured  # else no peek (an encode)
         grows = self._grows(backend, info, settings)
         if keystroke and tight and isinstance(backend, PromptCachingBackend) and ctx.mode != "none":
@@ -485,7 +487,7 @@ class EngineWorker:
                 shorter = replace(settings.context, max_prompt_tokens=smaller)
                 ctx = self._prompts.build_context(snapshot, uri, offset, info, shorter, count)
                 total = smaller  # the cut prompt holds at most this many tokens: no second encode per key
-                if seconds < FIRST_SUGGESTION_S and not grows:
+                if at_rest and not grows:
                     # Cut for a suggestion at rest, with no growth planned to replace it: requests would keep
                     # its start (and its small size) for good, so they choose their own.
                     document.prompt_start_line = serving_start
