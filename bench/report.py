@@ -93,10 +93,9 @@ def typed_files(files: Iterable[str]) -> str:
     """The files a typist replay was given, as its question names them: this project's own, or others (a
     replay of other code must not replace the answer for this project's)."""
     files = list(files)
-    own = all(Path(name).parts[:1] and Path(name).parts[0] in PROJECT_FOLDERS for name in files)
-    if own:
+    if all(Path(name).parts[0] in PROJECT_FOLDERS for name in files):
         return f"{len(files)} of this project's files"
-    common = os.path.commonpath(files) if len(files) > 1 else str(Path(files[0]).parent) if files else ""
+    common = os.path.commonpath([str(Path(name).parent) for name in files])
     named = common not in ("", ".") and not Path(common).is_absolute()  # no machine's own paths
     return f"{len(files)} given files" + (f" under {common}/" if named else "")
 
