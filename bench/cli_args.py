@@ -17,6 +17,13 @@ def positive(text: str) -> int:
     return value
 
 
+def non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
 def lengths(text: str) -> tuple[int, ...]:
     """A comma-separated list of positive draft lengths."""
     return tuple(positive(part) for part in text.split(",") if part.strip())

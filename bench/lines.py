@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.cli_args import add_scoring_arguments, positive, print_paths, scoring_fields
+from bench.cli_args import add_scoring_arguments, non_negative, positive, print_paths, scoring_fields
 from bench.metrics import code_cell, markdown_table, median, model_name, percent, write_result_files
 from bench.prompts import held_out_files
 
@@ -76,6 +76,10 @@ class LinesConfig:
     # Read what each --folder file imports from disk, the folder's parent taken as the workspace folder the
     # client names (`context.workspace`); off, only the file itself is open (an editor with one tab).
     imported_files: bool = False
+    # The prompt budget and the suffix's share (the `contextTokens` and `suffixTokens` settings); None: the
+    # server's defaults.
+    context_tokens: int | None = None
+    suffix_tokens: int | None = None
 
 
 KEEP_SAVED = 0.8  # the calibrated gate may give up at most a fifth of the characters saved without it
@@ -157,8 +161,14 @@ class Served:
     wall_s: float
 
 
-def server_settings(prompt_shape: str = "auto", max_lines: int | None = None) -> Any:
-    """The server's default settings, with the prompt shape a benchmark compares (and fewer lines)."""
+def server_settings(
+    prompt_shape: str = "auto",
+    max_lines: int | None = None,
+    context_tokens: int | None = None,
+    suffix_tokens: int | None = None,
+) -> Any:
+    """The server's default settings, with the prompt shape a benchmark compares (and fewer lines, or another
+    prompt budget and suffix share)."""
     import dataclasses
 
     from lsp_server.config import ServerSettings
@@ -170,6 +180,8 @@ def server_settings(prompt_shape: str = "auto", max_lines: int | None = None) ->
         prompt_shape=prompt_shape,
         min_first_line_probability=0.0,
         max_lines=max_lines or defaults.context.max_lines,
+        max_prompt_tokens=context_tokens or defaults.context.max_prompt_tokens,
+        max_suffix_tokens=defaults.context.max_suffix_tokens if suffix_tokens is None else suffix_tokens,
     )
     return dataclasses.replace(defaults, context=context)
 
@@ -218,7 +230,12 @@ def score_model(
     pair = load_pair(target, draft, config.device, config.dtype, num_threads=config.threads)
     engine = LocalEngine(pair=pair)
     info = engine.info()
-    settings = server_settings(config.prompt_shape, max_lines=1 if config.first_line_only else None)
+    settings = server_settings(
+        config.prompt_shape,
+        max_lines=1 if config.first_line_only else None,
+        context_tokens=config.context_tokens,
+        suffix_tokens=config.suffix_tokens,
+    )
     markers = marker_texts(info.special_tokens)
     outcomes: list[Outcome] = []
     roots = sorted({folder.resolve().parent for folder in config.folders}) if config.imported_files else []
@@ -399,6 +416,16 @@ def describe_cpu() -> str:
     return f"{name} ({', '.join(extensions) or 'no AVX2'}){capability}; {os.cpu_count()} logical CPUs"
 
 
+def describe_settings(config: dict[str, Any]) -> str:
+    """The server settings the positions ran with, as the report states them."""
+    changed = [
+        f"{name} {config[key]}"
+        for key, name in (("context_tokens", "contextTokens"), ("suffix_tokens", "suffixTokens"))
+        if config.get(key) is not None
+    ]
+    return f"default server settings but {', '.join(changed)}" if changed else "default server settings"
+
+
 def describe_code(config: LinesConfig) -> str:
     parts = (
         [f"the .py files under {', '.join(str(folder) for folder in config.folders)}"]
@@ -472,8 +499,8 @@ def markdown_report(result: dict[str, Any]) -> str:
     lines = [
         "# Line starts\n\n",
         f"{config['positions']} positions at most ({config['per_file']} per held-out file), cursor after the "
-        "indentation, the rest of the line removed, the rest of the file as the suffix; default server "
-        f"settings, device {config['device']}. Command: `specls bench lines`"
+        "indentation, the rest of the line removed, the rest of the file as the suffix; "
+        f"{describe_settings(config)}, device {config['device']}. Command: `specls bench lines`"
         f"{' --first-line (each suggestion stops after its first line)' if config.get('first_line_only') else ''}.\n\n",
         f"Machine: {result.get('machine', 'not recorded')}. Code: {result.get('code', 'not recorded')}.\n\n",
         markdown_table(header, rows),
@@ -614,6 +641,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "as the server does for a client's workspace",
     )
     parser.add_argument(
+        "--context-tokens",
+        type=positive,
+        help="the prompt budget (the server's contextTokens setting; default: the server's default)",
+    )
+    parser.add_argument(
+        "--suffix-tokens",
+        type=non_negative,
+        help="at most this many tokens after the cursor (the server's suffixTokens; default: the server's)",
+    )
+    parser.add_argument(
         "--first-line",
         action="store_true",
         help="stop each suggestion after its first line (all that exact next line and the gate read; faster)",
@@ -636,6 +673,8 @@ def command(args: argparse.Namespace) -> int:
         stdlib=not args.no_stdlib,
         first_line_only=args.first_line,
         imported_files=args.imported_files,
+        context_tokens=args.context_tokens,
+        suffix_tokens=args.suffix_tokens,
         **scoring,
     )
     return print_paths(write_report(run_lines(config), config.out, config.tag))

@@ -205,6 +205,7 @@ _FIELDS: dict[str, tuple[str, ValueType]] = {
     "suppressInStrings": ("context.suppress_in_strings", _bool),
     "tokenHealing": ("context.token_healing", _bool),
     "contextTokens": ("context.max_prompt_tokens", _int_in(16, 1_000_000)),
+    "suffixTokens": ("context.max_suffix_tokens", _int_in(0, 1_000_000)),
     "promptShape": ("context.prompt_shape", _choice(PROMPT_SHAPES)),
     "minFirstLineProbability": ("context.min_first_line_probability", _float_in(0.0, 1.0)),
     "importedFiles": ("context.imported_files", _bool),

@@ -168,3 +168,31 @@ def test_positions_are_spread_over_all_files_when_there_are_more_than_asked() ->
     files = [(f"f{i}.py", text) for i in range(10)]
     picked = line_positions(files, count=5, per_file=1)
     assert [p.name.split(":")[0] for p in picked] == ["f0.py", "f2.py", "f4.py", "f6.py", "f8.py"]
+
+
+def test_the_prompt_budget_and_suffix_share_can_be_set_and_the_report_says_so() -> None:
+    import argparse
+
+    from bench.lines import add_arguments, describe_settings, server_settings
+    from lsp_server.config import ServerSettings
+
+    defaults = ServerSettings().context
+    unchanged = server_settings("auto").context
+    assert (unchanged.max_prompt_tokens, unchanged.max_suffix_tokens) == (
+        defaults.max_prompt_tokens,
+        defaults.max_suffix_tokens,
+    )
+    larger = server_settings("auto", context_tokens=4096, suffix_tokens=384).context
+    assert (larger.max_prompt_tokens, larger.max_suffix_tokens) == (4096, 384)
+    assert server_settings("auto", suffix_tokens=0).context.max_suffix_tokens == 0  # no suffix at all
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--context-tokens", "4096", "--suffix-tokens", "384"])
+    assert (args.context_tokens, args.suffix_tokens) == (4096, 384)
+    assert describe_settings({"context_tokens": 4096, "suffix_tokens": 384}) == (
+        "default server settings but contextTokens 4096, suffixTokens 384"
+    )
+    assert describe_settings({"context_tokens": None, "suffix_tokens": None}) == "default server settings"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--suffix-tokens", "-1"])

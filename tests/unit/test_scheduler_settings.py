@@ -33,6 +33,7 @@ def test_camel_case_settings_reach_nested_fields() -> None:
         "firstLineFirst": True,
         "maxLines": 3,
         "contextTokens": 512,
+        "suffixTokens": 0,
         "suppressInComments": True,
         "suppressInStrings": False,
         "tokenHealing": False,
@@ -43,6 +44,7 @@ def test_camel_case_settings_reach_nested_fields() -> None:
     assert not report.invalid and not report.unknown
     assert settings.max_new_tokens == 32 and settings.first_line_first and settings.remote_model == "coder"
     assert settings.context.max_lines == 3 and settings.context.max_prompt_tokens == 512
+    assert settings.context.max_suffix_tokens == 0  # no text after the cursor in the prompt
     assert settings.context.suppress_in_comments and not settings.context.suppress_in_strings
     assert not settings.context.token_healing
     assert settings.fake.token_delay_ms == 5 and settings.fake.rules == (("a", "b"),)

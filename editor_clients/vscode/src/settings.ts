@@ -34,6 +34,7 @@ export interface ServerSettings {
   suppressInStrings: boolean;
   tokenHealing: boolean;
   contextTokens: number;
+  suffixTokens: number;
   promptShape: string;
   minFirstLineProbability: number;
   importedFiles: boolean;
@@ -72,6 +73,7 @@ export const SERVER_KEYS: readonly ServerKey[] = [
   "suppressInStrings",
   "tokenHealing",
   "contextTokens",
+  "suffixTokens",
   "promptShape",
   "minFirstLineProbability",
   "importedFiles",

@@ -40,6 +40,7 @@ describe("settings -> initializationOptions", () => {
       suppressInStrings: true,
       tokenHealing: true,
       contextTokens: 1536,
+      suffixTokens: 64,
       promptShape: "auto",
       minFirstLineProbability: 0.0,
       importedFiles: false,
@@ -107,7 +108,7 @@ describe("restart decision", () => {
     for (const key of ["target", "draft", "device", "dtype", "backend", "serverCommand", "serverArgs"]) {
       assert.equal(needsRestart(changed(key)), true, key);
     }
-    for (const key of ["maxNewTokens", "temperature", "debounceMs", "maxLines", "contextTokens"]) {
+    for (const key of ["maxNewTokens", "temperature", "debounceMs", "maxLines", "contextTokens", "suffixTokens"]) {
       assert.equal(needsRestart(changed(key)), false, key);
     }
   });
