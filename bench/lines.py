@@ -34,7 +34,7 @@ import difflib
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,10 +76,9 @@ class LinesConfig:
     # Read what each --folder file imports from disk, the folder's parent taken as the workspace folder the
     # client names (`context.workspace`); off, only the file itself is open (an editor with one tab).
     imported_files: bool = False
-    # The prompt budget and the suffix's share (the `contextTokens` and `suffixTokens` settings); None: the
+    # Server settings by their names (`contextTokens`, `suffixTokens`), applied as a client's are; empty: the
     # server's defaults.
-    context_tokens: int | None = None
-    suffix_tokens: int | None = None
+    setting_overrides: dict[str, Any] = field(default_factory=dict)
 
 
 KEEP_SAVED = 0.8  # the calibrated gate may give up at most a fifth of the characters saved without it
@@ -162,28 +161,26 @@ class Served:
 
 
 def server_settings(
-    prompt_shape: str = "auto",
-    max_lines: int | None = None,
-    context_tokens: int | None = None,
-    suffix_tokens: int | None = None,
+    prompt_shape: str = "auto", max_lines: int | None = None, overrides: Mapping[str, Any] | None = None
 ) -> Any:
-    """The server's default settings, with the prompt shape a benchmark compares (and fewer lines, or another
-    prompt budget and suffix share)."""
+    """The server's default settings, with the prompt shape a benchmark compares (and fewer lines), and any
+    `overrides` (camelCase settings) applied the way a client's are; a value the server would reject raises
+    ValueError."""
     import dataclasses
 
-    from lsp_server.config import ServerSettings
+    from lsp_server.config import ServerSettings, apply_settings
 
-    defaults = ServerSettings()
+    chosen, report = apply_settings(dict(overrides or {}), ServerSettings())
+    if report.invalid or report.unknown:
+        raise ValueError("; ".join(report.invalid + report.unknown))
     # The confidence gate is scored afterwards (`gate_scores`), so it must not hide any suggestion here.
     context = dataclasses.replace(
-        defaults.context,
+        chosen.context,
         prompt_shape=prompt_shape,
         min_first_line_probability=0.0,
-        max_lines=max_lines or defaults.context.max_lines,
-        max_prompt_tokens=context_tokens or defaults.context.max_prompt_tokens,
-        max_suffix_tokens=defaults.context.max_suffix_tokens if suffix_tokens is None else suffix_tokens,
+        max_lines=max_lines or chosen.context.max_lines,
     )
-    return dataclasses.replace(defaults, context=context)
+    return dataclasses.replace(chosen, context=context)
 
 
 def default_gate_threshold() -> float:
@@ -233,8 +230,7 @@ def score_model(
     settings = server_settings(
         config.prompt_shape,
         max_lines=1 if config.first_line_only else None,
-        context_tokens=config.context_tokens,
-        suffix_tokens=config.suffix_tokens,
+        overrides=config.setting_overrides,
     )
     markers = marker_texts(info.special_tokens)
     outcomes: list[Outcome] = []
@@ -418,11 +414,7 @@ def describe_cpu() -> str:
 
 def describe_settings(config: dict[str, Any]) -> str:
     """The server settings the positions ran with, as the report states them."""
-    changed = [
-        f"{name} {config[key]}"
-        for key, name in (("context_tokens", "contextTokens"), ("suffix_tokens", "suffixTokens"))
-        if config.get(key) is not None
-    ]
+    changed = [f"{name} {value}" for name, value in config.get("setting_overrides", {}).items()]
     return f"default server settings but {', '.join(changed)}" if changed else "default server settings"
 
 
@@ -665,6 +657,13 @@ def command(args: argparse.Namespace) -> int:
     scoring = scoring_fields(args)
     if scoring is None:
         return 2
+    named = (("contextTokens", args.context_tokens), ("suffixTokens", args.suffix_tokens))
+    overrides = {name: value for name, value in named if value is not None}
+    try:
+        server_settings(overrides=overrides)  # the server's own checks, before any model loads
+    except ValueError as exc:
+        print(f"specls bench lines: {exc}", file=sys.stderr)
+        return 2
     config = LinesConfig(
         positions=args.positions,
         per_file=args.per_file,
@@ -673,8 +672,7 @@ def command(args: argparse.Namespace) -> int:
         stdlib=not args.no_stdlib,
         first_line_only=args.first_line,
         imported_files=args.imported_files,
-        context_tokens=args.context_tokens,
-        suffix_tokens=args.suffix_tokens,
+        setting_overrides=overrides,
         **scoring,
     )
     return print_paths(write_report(run_lines(config), config.out, config.tag))

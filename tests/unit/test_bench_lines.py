@@ -182,17 +182,19 @@ def test_the_prompt_budget_and_suffix_share_can_be_set_and_the_report_says_so() 
         defaults.max_prompt_tokens,
         defaults.max_suffix_tokens,
     )
-    larger = server_settings("auto", context_tokens=4096, suffix_tokens=384).context
+    larger = server_settings("auto", overrides={"contextTokens": 4096, "suffixTokens": 384}).context
     assert (larger.max_prompt_tokens, larger.max_suffix_tokens) == (4096, 384)
-    assert server_settings("auto", suffix_tokens=0).context.max_suffix_tokens == 0  # no suffix at all
+    assert server_settings("auto", overrides={"suffixTokens": 0}).context.max_suffix_tokens == 0  # no suffix
+    with pytest.raises(ValueError, match="contextTokens"):
+        server_settings("auto", overrides={"contextTokens": 10})  # below what the server accepts
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = parser.parse_args(["--context-tokens", "4096", "--suffix-tokens", "384"])
     assert (args.context_tokens, args.suffix_tokens) == (4096, 384)
-    assert describe_settings({"context_tokens": 4096, "suffix_tokens": 384}) == (
+    assert describe_settings({"setting_overrides": {"contextTokens": 4096, "suffixTokens": 384}}) == (
         "default server settings but contextTokens 4096, suffixTokens 384"
     )
-    assert describe_settings({"context_tokens": None, "suffix_tokens": None}) == "default server settings"
+    assert describe_settings({"setting_overrides": {}}) == "default server settings"
     with pytest.raises(SystemExit):
         parser.parse_args(["--suffix-tokens", "-1"])
