@@ -35,7 +35,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +183,22 @@ def server_settings(
     return dataclasses.replace(chosen, context=context)
 
 
+def machine_settings(settings: Any, info: Any, overrides: Mapping[str, object]) -> Any:
+    """`settings` with the suffix the server gives a prompt on this machine (`context_for_machine`), unless
+    `--suffix-tokens` named one: then exactly that many, to score what the model does with them."""
+    from lsp_server.scheduling.budget import context_for_machine
+
+    if "suffixTokens" in overrides:
+        return settings
+    return replace(settings, context=context_for_machine(settings.context, info))
+
+
+def describe_suffix(model: Mapping[str, Any]) -> str:
+    """How many tokens after the cursor the prompts held, for the model's table row ("" where not recorded)."""
+    suffix = model.get("suffix_tokens")
+    return "" if suffix is None else f", suffix {suffix} tokens"
+
+
 def default_gate_threshold() -> float:
     from lsp_server.config import ServerSettings
 
@@ -227,10 +243,14 @@ def score_model(
     pair = load_pair(target, draft, config.device, config.dtype, num_threads=config.threads)
     engine = LocalEngine(pair=pair)
     info = engine.info()
-    settings = server_settings(
-        config.prompt_shape,
-        max_lines=1 if config.first_line_only else None,
-        overrides=config.setting_overrides,
+    settings = machine_settings(
+        server_settings(
+            config.prompt_shape,
+            max_lines=1 if config.first_line_only else None,
+            overrides=config.setting_overrides,
+        ),
+        info,
+        config.setting_overrides,
     )
     markers = marker_texts(info.special_tokens)
     outcomes: list[Outcome] = []
@@ -276,6 +296,7 @@ def score_model(
         if settings.context.prompt_shape != "auto"
         else info.prompt_shape,
         "template": _template_name(info, settings.context.prompt_shape),
+        "suffix_tokens": settings.context.max_suffix_tokens,
         "summary": summarize(outcomes),
         "gate": gate_report(outcomes, default_gate_threshold()),
         "outcomes": [asdict(outcome) for outcome in outcomes],
@@ -475,7 +496,8 @@ def markdown_report(result: dict[str, Any]) -> str:
         s = model["summary"]
         rows.append(
             [
-                f"{model_name(model)} ({model['dtype']}, {model.get('template', '?')})",
+                f"{model_name(model)} ({model['dtype']}, {model.get('template', '?')}"
+                f"{describe_suffix(model)})",
                 s["positions"],
                 percent(s["non_empty"]),
                 percent(s["indentation_ok"]),
@@ -640,7 +662,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--suffix-tokens",
         type=non_negative,
-        help="at most this many tokens after the cursor (the server's suffixTokens; default: the server's)",
+        help="at most this many tokens after the cursor (the server's suffixTokens), whatever the machine "
+        "reads (default: the server's, within what this machine re-reads in time)",
     )
     parser.add_argument(
         "--first-line",

@@ -31,11 +31,11 @@ if TYPE_CHECKING:
 class ContextSettings:
     max_prompt_tokens: int = 1536
     prefix_fraction: float = 0.75  # of the file's share of the budget; the suffix gets the rest
-    # ... but no more than this: in PSM the suffix follows the lines above the cursor, so each new line
-    # re-reads all of it, and the lines right after the cursor carry what helps. On 80 line starts of this
-    # project's files the 0.5B's exact next line was no worse with 64 tokens than with 384 (18% -> 20%;
-    # docs/line-starts.md), and a line start then reads ~320 tokens less (~1 s on an AVX2 laptop).
-    max_suffix_tokens: int = 64
+    # ... but no more than this, and no more than the machine re-reads in time: in PSM the suffix follows the
+    # lines above the cursor, so each new line re-reads all of it (`scheduling.budget.affordable_suffix_tokens`
+    # gives an AVX2 laptop 64). Where prompts are read fast, the 1.5B's exact next line on 79 line starts of
+    # unseen code was 49% with 384 tokens against 42% with 64 (docs/line-starts.md).
+    max_suffix_tokens: int = 384
     max_snippets: int = 3
     suppress_in_comments: bool = False  # True: no suggestions inside comments and docstrings
     suppress_in_strings: bool = True  # no suggestions inside ordinary string literals

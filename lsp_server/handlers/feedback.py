@@ -8,7 +8,7 @@ from typing import Any
 from engine.memory import peak_resident_mb
 from lsp_server.handlers.guard import field, guarded
 from lsp_server.language_server import SpeclsServer
-from lsp_server.scheduling.budget import first_line_fit
+from lsp_server.scheduling.budget import affordable_suffix_tokens, first_line_fit
 
 STATS_REQUEST = "specls/stats"
 
@@ -65,6 +65,11 @@ def stats_request(ls: SpeclsServer, params: Any) -> dict[str, Any]:
     result["model_choice"] = info.model_choice if info is not None else ""
     fits, detail = first_line_fit(info, ls.settings.drafter) if info is not None else (None, "not loaded")
     result["keystroke_budget"] = {"fits": fits, "detail": detail}
+    # How much text after the cursor a prompt holds here: what a line start re-reads in time.
+    configured_suffix = ls.settings.context.max_suffix_tokens
+    result["suffix_tokens"] = (
+        affordable_suffix_tokens(info, configured_suffix) if info is not None else configured_suffix
+    )
     result["settings"] = {
         "backend": ls.settings.backend,
         "firstLineFirst": ls.settings.first_line_first,

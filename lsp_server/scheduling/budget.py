@@ -12,12 +12,18 @@ that finished) keeps its full size: its uncached part is a few tokens. Where the
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
 from engine.api import BackendInfo
 from engine.costs import AT_REST_SUGGESTION_S as AT_REST_SUGGESTION_S
 from engine.costs import FIRST_LINE_TOKENS as FIRST_LINE_TOKENS
 from engine.costs import FIRST_SUGGESTION_S as FIRST_SUGGESTION_S
 from engine.costs import MIN_PROMPT_TOKENS as MIN_PROMPT_TOKENS
 from engine.costs import first_line_seconds
+
+if TYPE_CHECKING:
+    from lsp_server.context.builder import ContextSettings
 
 
 def reading_s(uncached_tokens: int, info: BackendInfo) -> float | None:
@@ -53,6 +59,36 @@ def needs_smaller_prompt(
     if uncached is None or uncached + FIRST_LINE_TOKENS * info.step_s <= seconds:
         return None
     return affordable
+
+
+# The text after the cursor: in Qwen's fill-in-the-middle layout it follows the lines above the cursor, so every
+# new line re-reads all of it. It gets half of what the engine reads in the at-rest budget once a first line
+# is written (the other half: the line just finished and a cut prompt's tail), and never less than
+# MIN_SUFFIX_TOKENS, what every CPU served with before (docs/line-starts.md). On an AVX2 laptop that floor is
+# what it gets; where prompts are read fast the setting's bound (384 by default) is: the 1.5B wrote the exact
+# next line at 49% of 79 line starts of unseen code with 384, 42% with 64.
+SUFFIX_SHARE = 0.5
+MIN_SUFFIX_TOKENS = 64
+
+
+def affordable_suffix_tokens(
+    info: BackendInfo, configured: int, seconds: float = AT_REST_SUGGESTION_S
+) -> int:
+    """How many tokens after the cursor a prompt holds on this machine: SUFFIX_SHARE of what it reads in
+    `seconds` after writing a first line, within the configured bound and never below MIN_SUFFIX_TOKENS (or
+    the configured bound, if smaller). Unmeasured (remote, fake): the setting decides."""
+    if info.prompt_tokens_per_s <= 0:
+        return configured
+    left_for_reading = seconds - FIRST_LINE_TOKENS * info.step_s
+    affordable = int(info.prompt_tokens_per_s * max(0.0, left_for_reading) * SUFFIX_SHARE)
+    return max(min(configured, MIN_SUFFIX_TOKENS), min(configured, affordable))
+
+
+def context_for_machine(context: ContextSettings, info: BackendInfo) -> ContextSettings:
+    """`context` with the suffix this machine affords (`affordable_suffix_tokens`): the one place requests,
+    warm-ups and `specls bench lines` get it, so their prompts agree and a warm-up's cache serves a request."""
+    suffix = affordable_suffix_tokens(info, context.max_suffix_tokens)
+    return context if suffix == context.max_suffix_tokens else replace(context, max_suffix_tokens=suffix)
 
 
 # Drafters that run the draft model, the only speculation a fit estimate credits (copying drafters propose

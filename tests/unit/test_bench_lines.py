@@ -198,3 +198,22 @@ def test_the_prompt_budget_and_suffix_share_can_be_set_and_the_report_says_so() 
     assert describe_settings({"setting_overrides": {}}) == "default server settings"
     with pytest.raises(SystemExit):
         parser.parse_args(["--suffix-tokens", "-1"])
+
+
+def test_the_suffix_is_this_machines_unless_the_flag_names_one() -> None:
+    from dataclasses import replace
+
+    from bench.lines import describe_suffix, machine_settings, server_settings
+    from engine.api import BackendInfo
+    from lsp_server.scheduling.budget import affordable_suffix_tokens
+
+    measured = BackendInfo("local", "t", None, (), 8192, "cpu", prompt_tokens_per_s=650, step_s=0.045)
+    defaults = server_settings("auto")
+    here = machine_settings(defaults, measured, {}).context.max_suffix_tokens
+    assert here == affordable_suffix_tokens(measured, defaults.context.max_suffix_tokens) == 149
+    named = server_settings("auto", overrides={"suffixTokens": 384})
+    assert machine_settings(named, measured, {"suffixTokens": 384}).context.max_suffix_tokens == 384
+    unmeasured = replace(measured, prompt_tokens_per_s=0.0)
+    assert machine_settings(defaults, unmeasured, {}) == defaults  # nothing measured: the setting decides
+    assert describe_suffix({"suffix_tokens": 149}) == ", suffix 149 tokens"
+    assert describe_suffix({}) == ""  # reports written before the suffix was recorded

@@ -307,6 +307,7 @@ def test_stats_say_which_model_runs_why_and_whether_it_fits() -> None:
     from types import SimpleNamespace
 
     from engine.api import BackendInfo
+    from lsp_server.context.builder import ContextSettings
     from lsp_server.handlers.feedback import stats_request
     from lsp_server.statistics import Statistics
 
@@ -315,11 +316,15 @@ def test_stats_say_which_model_runs_why_and_whether_it_fits() -> None:
     )
     ls: Any = SimpleNamespace(  # the parts of a SpeclsServer that stats read
         scheduler=SimpleNamespace(stats=Statistics(), state="ready", info=info),
-        settings=SimpleNamespace(backend="local", first_line_first=True, drafter="hybrid"),
+        settings=SimpleNamespace(
+            backend="local", first_line_first=True, drafter="hybrid", context=ContextSettings()
+        ),
         store=SimpleNamespace(position_encoding="utf-16"),
     )
     stats = stats_request(ls, None)
     assert stats["model_choice"] == "because"
+    # Half of what 650 tokens/s reads in the 0.4 s a 1 s budget leaves after a first line at 50 ms a step.
+    assert stats["suffix_tokens"] == 129
     assert stats["keystroke_budget"]["fits"] is True and stats["keystroke_budget"]["detail"].startswith(
         "fits: "
     )

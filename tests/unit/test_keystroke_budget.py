@@ -9,7 +9,10 @@ from engine.api import BackendInfo
 from lsp_server.scheduling.budget import (
     FIRST_LINE_TOKENS,
     MIN_PROMPT_TOKENS,
+    MIN_SUFFIX_TOKENS,
     affordable_prompt_tokens,
+    affordable_suffix_tokens,
+    context_for_machine,
     needs_smaller_prompt,
 )
 
@@ -108,3 +111,36 @@ def test_an_unmeasured_backend_is_neither_fit_nor_unfit() -> None:
     from lsp_server.scheduling.budget import first_line_fit
 
     assert first_line_fit(REMOTE) == (None, "not measured by this backend")
+
+
+GPU = info(20_000, 0.02)  # prompts read in milliseconds
+
+
+@pytest.mark.parametrize(
+    ("backend", "configured", "expected"),
+    [
+        (LAPTOP, 384, MIN_SUFFIX_TOKENS),  # 0.4 s left after a first line: 30 tokens, so the floor
+        (AMX, 384, int(650 * (1.0 - FIRST_LINE_TOKENS * 0.045) * 0.5)),  # 149: half of 0.46 s of reading
+        (GPU, 384, 384),  # the setting's bound
+        (GPU, 1000, 1000),
+        (info(40, 0.2), 384, MIN_SUFFIX_TOKENS),  # slower than any first line in time: still the floor
+        (LAPTOP, 16, 16),  # a bound under the floor stays
+        (AMX, 0, 0),  # no suffix at all, where the user says so
+        (REMOTE, 384, 384),  # unmeasured: the setting decides
+    ],
+)
+def test_the_suffix_is_what_a_line_start_rereads_in_time(
+    backend: BackendInfo, configured: int, expected: int
+) -> None:
+    assert affordable_suffix_tokens(backend, configured) == expected
+
+
+def test_the_machine_suffix_reaches_the_prompt_and_nothing_else_changes() -> None:
+    from lsp_server.context.builder import ContextSettings
+
+    configured = ContextSettings(max_suffix_tokens=384)
+    here = context_for_machine(configured, AMX)
+    assert here.max_suffix_tokens == 149
+    assert here == ContextSettings(max_suffix_tokens=149)  # every other field as configured
+    assert context_for_machine(configured, GPU) is configured
+    assert context_for_machine(configured, LAPTOP).max_suffix_tokens == MIN_SUFFIX_TOKENS

@@ -263,3 +263,43 @@ def test_a_growth_standing_for_a_warm_up_stops_when_the_warm_up_is_cancelled() -
     assert not token.cancelled
     warm_up.cancel()
     assert token.cancelled
+
+
+class QwenLayoutBackend(TwoCacheBackend):
+    """The same fake with Qwen's fill-in-the-middle tokens, so prompts carry the text after the cursor."""
+
+    def info(self) -> BackendInfo:
+        special = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>")
+        return replace(super().info(), special_tokens=special)
+
+
+@pytest.mark.parametrize(
+    ("prompt_tokens_per_s", "suffix_tokens", "fewest"),
+    # Trimmed at 8-line blocks of 6 tokens a line: within one block of the share. The laptop's prompt, read
+    # from scratch, is also cut to what it reads in time (~135 tokens, a quarter of them the suffix's).
+    [(150, 64, 1), (1500, 299, 299 - 6 * 8), (5000, 384, 384 - 6 * 8)],
+    ids=["laptop", "fast-cpu", "gpu"],
+)
+async def test_a_request_carries_the_suffix_its_machine_rereads_in_time(
+    prompt_tokens_per_s: float, suffix_tokens: int, fewest: int
+) -> None:
+    """`affordable_suffix_tokens` reaches the prompt: at 150 tokens/s the floor of 64, at 1,500 half of what
+    the 0.4 s left of the 1 s at-rest budget reads (~300), at 5,000 the setting's 384."""
+    from lsp_server.scheduling.budget import affordable_suffix_tokens
+
+    backend = QwenLayoutBackend(aside=False, prompt_tokens_per_s=prompt_tokens_per_s)
+    assert (
+        affordable_suffix_tokens(backend.info(), ServerSettings().context.max_suffix_tokens) == suffix_tokens
+    )
+    worker, store, events = await run_worker(backend)
+    try:
+        document = store.get(URI)
+        middle = document.text.index("value_200 =")
+        events.ended[1] = asyncio.get_running_loop().create_future()
+        worker.submit(Generation(1, URI, document.version, document.text, middle, ""))
+        await asyncio.wait_for(events.ended[1], timeout=5)
+        prompt = backend.calls[0][0].prompt
+        suffix = prompt.split("<|fim_suffix|>")[1].split("<|fim_middle|>")[0]
+        assert fewest <= backend.count_tokens(suffix) <= suffix_tokens
+    finally:
+        worker.stop()
