@@ -301,6 +301,8 @@ def test_doctor_warns_with_the_numbers_when_the_loaded_model_does_not_fit() -> N
     assert (fits.status, fits.detail) == ("ok", "fits: ...")
     (slow,) = check_budget({"keystroke_budget": {"fits": False, "detail": "does not fit: 2.10 s"}})
     assert (slow.status, slow.detail) == ("warn", "does not fit: 2.10 s") and "--target" in slow.fix
+    (said,) = check_budget({"keystroke_budget": {"fits": True, "detail": "fits: ..."}, "suffix_tokens": 64})
+    assert said.detail == "fits: ...; a line start re-reads up to 64 tokens after the cursor"
 
 
 def test_stats_say_which_model_runs_why_and_whether_it_fits() -> None:

@@ -50,10 +50,14 @@ def check_budget(stats: dict[str, Any]) -> list[Check]:
     budget = stats.get("keystroke_budget") or {}
     if budget.get("fits") is None:
         return []
+    suffix = stats.get("suffix_tokens")
+    detail = budget["detail"] + (
+        f"; a line start re-reads up to {suffix} tokens after the cursor" if suffix else ""
+    )
     if budget["fits"]:
-        return [Check("keystroke budget", "ok", budget["detail"])]
+        return [Check("keystroke budget", "ok", detail)]
     fix = "a smaller model answers sooner: name one with --target (the `target` setting in an editor)"
-    return [Check("keystroke budget", "warn", budget["detail"], fix)]
+    return [Check("keystroke budget", "warn", detail, fix)]
 
 
 def _short(text: str, width: int = 40) -> str:
