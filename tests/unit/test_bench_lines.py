@@ -207,10 +207,10 @@ def test_the_suffix_is_this_machines_unless_the_flag_names_one() -> None:
     from engine.api import BackendInfo
     from lsp_server.scheduling.budget import affordable_suffix_tokens
 
-    measured = BackendInfo("local", "t", None, (), 8192, "cpu", prompt_tokens_per_s=650, step_s=0.045)
+    measured = BackendInfo("local", "t", None, (), 8192, "cpu", prompt_tokens_per_s=1500, step_s=0.045)
     defaults = server_settings("auto")
     here = machine_settings(defaults, measured, {}).context.max_suffix_tokens
-    assert here == affordable_suffix_tokens(measured, defaults.context.max_suffix_tokens) == 149
+    assert here == affordable_suffix_tokens(measured, defaults.context.max_suffix_tokens) == 150
     named = server_settings("auto", overrides={"suffixTokens": 384})
     assert machine_settings(named, measured, {"suffixTokens": 384}).context.max_suffix_tokens == 384
     unmeasured = replace(measured, prompt_tokens_per_s=0.0)

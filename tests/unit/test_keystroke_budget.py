@@ -119,8 +119,8 @@ GPU = info(20_000, 0.02)  # prompts read in milliseconds
 @pytest.mark.parametrize(
     ("backend", "configured", "expected"),
     [
-        (LAPTOP, 384, MIN_SUFFIX_TOKENS),  # 0.4 s left after a first line: 30 tokens, so the floor
-        (AMX, 384, int(650 * (1.0 - FIRST_LINE_TOKENS * 0.045) * 0.5)),  # 149: half of 0.46 s of reading
+        (LAPTOP, 384, MIN_SUFFIX_TOKENS),  # 15 tokens in 0.1 s: the floor
+        (AMX, 384, 65),  # 0.1 s of reading
         (GPU, 384, 384),  # the setting's bound
         (GPU, 1000, 1000),
         (info(40, 0.2), 384, MIN_SUFFIX_TOKENS),  # slower than any first line in time: still the floor
@@ -140,7 +140,7 @@ def test_the_machine_suffix_reaches_the_prompt_and_nothing_else_changes() -> Non
 
     configured = ContextSettings(max_suffix_tokens=384)
     here = context_for_machine(configured, AMX)
-    assert here.max_suffix_tokens == 149
-    assert here == ContextSettings(max_suffix_tokens=149)  # every other field as configured
+    assert here.max_suffix_tokens == 65
+    assert here == ContextSettings(max_suffix_tokens=65)  # every other field as configured
     assert context_for_machine(configured, GPU) is configured
     assert context_for_machine(configured, LAPTOP).max_suffix_tokens == MIN_SUFFIX_TOKENS

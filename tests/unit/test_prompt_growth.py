@@ -277,14 +277,14 @@ class QwenLayoutBackend(TwoCacheBackend):
     ("prompt_tokens_per_s", "suffix_tokens", "fewest"),
     # Trimmed at 8-line blocks of 6 tokens a line: within one block of the share. The laptop's prompt, read
     # from scratch, is also cut to what it reads in time (~135 tokens, a quarter of them the suffix's).
-    [(150, 64, 1), (1500, 299, 299 - 6 * 8), (5000, 384, 384 - 6 * 8)],
+    [(150, 64, 1), (1500, 150, 150 - 6 * 8), (5000, 384, 384 - 6 * 8)],
     ids=["laptop", "fast-cpu", "gpu"],
 )
 async def test_a_request_carries_the_suffix_its_machine_rereads_in_time(
     prompt_tokens_per_s: float, suffix_tokens: int, fewest: int
 ) -> None:
-    """`affordable_suffix_tokens` reaches the prompt: at 150 tokens/s the floor of 64, at 1,500 half of what
-    the 0.4 s left of the 1 s at-rest budget reads (~300), at 5,000 the setting's 384."""
+    """`affordable_suffix_tokens` reaches the prompt: at 150 tokens/s the floor of 64, at 1,500 what 0.1 s
+    reads (150), at 5,000 the setting's 384."""
     from lsp_server.scheduling.budget import affordable_suffix_tokens
 
     backend = QwenLayoutBackend(aside=False, prompt_tokens_per_s=prompt_tokens_per_s)
