@@ -64,7 +64,7 @@ def needs_smaller_prompt(
 # The text after the cursor: in Qwen's fill-in-the-middle layout it follows the lines above the cursor, so every
 # new line re-reads all of it. It gets what the engine reads in SUFFIX_READ_S, less than the time between two
 # keys (120 ms), and never less than MIN_SUFFIX_TOKENS. On the CPUs measured that is the floor: with ~120
-# tokens (half the at-rest budget's reading) the typist saved 13.5-14.3% of characters against 16.2% with 64,
+# tokens (half the at-rest budget's reading) the typist saved 13.5-14.3% of characters against 16.1-16.6% with 64,
 # AVX2 and AVX512-BF16 alike, for an exact next line within noise for the 0.5B (docs/line-starts.md). Where
 # prompts are read fast (a GPU) the setting's bound (384 by default) is: the 1.5B wrote the exact next line
 # at 49% of 79 line starts of unseen code with 384 tokens, 42% with 64.
