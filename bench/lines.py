@@ -183,13 +183,11 @@ def server_settings(
     return dataclasses.replace(chosen, context=context)
 
 
-def machine_settings(settings: Any, info: Any, overrides: Mapping[str, object]) -> Any:
-    """`settings` with the suffix the server gives a prompt on this machine (`context_for_machine`), unless
-    `--suffix-tokens` named one: then exactly that many, to score what the model does with them."""
+def machine_settings(settings: Any, info: Any) -> Any:
+    """`settings` with the suffix the server gives a prompt on this machine (`context_for_machine`): a number
+    `--suffix-tokens` named, else what the machine re-reads in time."""
     from lsp_server.scheduling.budget import context_for_machine
 
-    if "suffixTokens" in overrides:
-        return settings
     return replace(settings, context=context_for_machine(settings.context, info))
 
 
@@ -250,7 +248,6 @@ def score_model(
             overrides=config.setting_overrides,
         ),
         info,
-        config.setting_overrides,
     )
     markers = marker_texts(info.special_tokens)
     outcomes: list[Outcome] = []
@@ -662,8 +659,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--suffix-tokens",
         type=non_negative,
-        help="at most this many tokens after the cursor (the server's suffixTokens), whatever the machine "
-        "reads (default: the server's, within what this machine re-reads in time)",
+        help="at most this many tokens after the cursor (the server's suffixTokens; default: what this "
+        "machine re-reads in time, as the server chooses)",
     )
     parser.add_argument(
         "--first-line",

@@ -152,6 +152,16 @@ def _int_in(low: int, high: int) -> ValueType:
     return ValueType("integer", parse, minimum=low, maximum=high)
 
 
+def _optional_int_in(low: int, high: int) -> ValueType:
+    """A whole number from `low` to `high`, or null: the server chooses (for the machine it runs on)."""
+    whole = _int_in(low, high)
+
+    def parse(value: Any) -> int | None:
+        return None if value is None else whole(value)
+
+    return ValueType(("integer", "null"), parse, minimum=low, maximum=high)
+
+
 def _float_in(low: float, high: float) -> ValueType:
     def parse(value: Any) -> float:
         _finite(value)
@@ -205,7 +215,7 @@ _FIELDS: dict[str, tuple[str, ValueType]] = {
     "suppressInStrings": ("context.suppress_in_strings", _bool),
     "tokenHealing": ("context.token_healing", _bool),
     "contextTokens": ("context.max_prompt_tokens", _int_in(16, 1_000_000)),
-    "suffixTokens": ("context.max_suffix_tokens", _int_in(0, 1_000_000)),
+    "suffixTokens": ("context.max_suffix_tokens", _optional_int_in(0, 1_000_000)),
     "promptShape": ("context.prompt_shape", _choice(PROMPT_SHAPES)),
     "minFirstLineProbability": ("context.min_first_line_probability", _float_in(0.0, 1.0)),
     "importedFiles": ("context.imported_files", _bool),

@@ -31,11 +31,10 @@ if TYPE_CHECKING:
 class ContextSettings:
     max_prompt_tokens: int = 1536
     prefix_fraction: float = 0.75  # of the file's share of the budget; the suffix gets the rest
-    # ... but no more than this, and no more than the machine re-reads in time: in PSM the suffix follows the
-    # lines above the cursor, so each new line re-reads all of it (`scheduling.budget.affordable_suffix_tokens`
-    # gives an AVX2 laptop 64). Where prompts are read fast, the 1.5B's exact next line on 79 line starts of
-    # unseen code was 49% with 384 tokens against 42% with 64 (docs/line-starts.md).
-    max_suffix_tokens: int = 384
+    # ... but no more than this. None: what the machine re-reads in time at each new line, which in PSM
+    # re-reads all of the suffix (`scheduling.budget.affordable_suffix_tokens`: 64 on the CPUs measured, 384
+    # on a GPU).
+    max_suffix_tokens: int | None = None
     max_snippets: int = 3
     suppress_in_comments: bool = False  # True: no suggestions inside comments and docstrings
     suppress_in_strings: bool = True  # no suggestions inside ordinary string literals

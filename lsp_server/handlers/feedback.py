@@ -66,7 +66,7 @@ def stats_request(ls: SpeclsServer, params: Any) -> dict[str, Any]:
     fits, detail = first_line_fit(info, ls.settings.drafter) if info is not None else (None, "not loaded")
     result["keystroke_budget"] = {"fits": fits, "detail": detail}
     # How much text after the cursor a prompt holds here: what a line start re-reads in time.
-    configured_suffix = ls.settings.context.max_suffix_tokens
+    configured_suffix = ls.settings.context.max_suffix_tokens  # None: the machine's
     result["suffix_tokens"] = (
         affordable_suffix_tokens(info, configured_suffix) if info is not None else configured_suffix
     )

@@ -61,25 +61,29 @@ def needs_smaller_prompt(
     return affordable
 
 
-# The text after the cursor: in Qwen's fill-in-the-middle layout it follows the lines above the cursor, so every
-# new line re-reads all of it. It gets what the engine reads in SUFFIX_READ_S, less than the time between two
-# keys (120 ms), and never less than MIN_SUFFIX_TOKENS. On the CPUs measured that is the floor: with ~120
-# tokens (half the at-rest budget's reading) the typist saved 13.5-14.3% of characters against 16.1-16.6% with 64,
-# AVX2 and AVX512-BF16 alike, for an exact next line within noise for the 0.5B (docs/line-starts.md). Where
-# prompts are read fast (a GPU) the setting's bound (384 by default) is: the 1.5B wrote the exact next line
-# at 49% of 79 line starts of unseen code with 384 tokens, 42% with 64.
+# The text after the cursor, unless the `suffixTokens` setting names a number: in Qwen's fill-in-the-middle
+# layout it follows the lines above the cursor, so every new line re-reads all of it. It gets what the engine
+# reads in SUFFIX_READ_S, less than the time between two keys (120 ms), from MIN_SUFFIX_TOKENS to
+# MOST_SUFFIX_TOKENS. On the CPUs measured that is the floor: with ~120 tokens (half the at-rest budget's
+# reading) the typist saved 13.5-14.3% of characters against 16.1-16.6% with 64, AVX2 and AVX512-BF16 alike,
+# for an exact next line within noise for the 0.5B (docs/line-starts.md). Where prompts are read fast (a GPU)
+# it is the most: the 1.5B wrote the exact next line at 49% of 79 line starts of unseen code with 384 tokens,
+# 42% with 64.
 SUFFIX_READ_S = 0.1
 MIN_SUFFIX_TOKENS = 64
+MOST_SUFFIX_TOKENS = 384
 
 
-def affordable_suffix_tokens(info: BackendInfo, configured: int) -> int:
-    """How many tokens after the cursor a prompt holds on this machine: what it reads in SUFFIX_READ_S,
-    within the configured bound and never below MIN_SUFFIX_TOKENS (or the configured bound, if smaller).
-    Unmeasured (remote, fake): the setting decides."""
-    if info.prompt_tokens_per_s <= 0:
+def affordable_suffix_tokens(info: BackendInfo, configured: int | None) -> int:
+    """How many tokens after the cursor a prompt holds: `configured` where the user set a number, else what
+    this machine reads in SUFFIX_READ_S, from MIN_SUFFIX_TOKENS to MOST_SUFFIX_TOKENS (the most where nothing
+    was measured: a remote or fake backend)."""
+    if configured is not None:
         return configured
+    if info.prompt_tokens_per_s <= 0:
+        return MOST_SUFFIX_TOKENS
     affordable = int(info.prompt_tokens_per_s * SUFFIX_READ_S)
-    return max(min(configured, MIN_SUFFIX_TOKENS), min(configured, affordable))
+    return max(MIN_SUFFIX_TOKENS, min(MOST_SUFFIX_TOKENS, affordable))
 
 
 def context_for_machine(context: ContextSettings, info: BackendInfo) -> ContextSettings:

@@ -325,7 +325,7 @@ def test_stats_say_which_model_runs_why_and_whether_it_fits() -> None:
     )
     stats = stats_request(ls, None)
     assert stats["model_choice"] == "because"
-    assert stats["suffix_tokens"] == 65  # what 650 tokens/s reads in 0.1 s
+    assert stats["suffix_tokens"] == 65  # what 650 tokens/s reads in 0.1 s (`suffixTokens` null, the default)
     assert stats["keystroke_budget"]["fits"] is True and stats["keystroke_budget"]["detail"].startswith(
         "fits: "
     )

@@ -10,6 +10,7 @@ from lsp_server.scheduling.budget import (
     FIRST_LINE_TOKENS,
     MIN_PROMPT_TOKENS,
     MIN_SUFFIX_TOKENS,
+    MOST_SUFFIX_TOKENS,
     affordable_prompt_tokens,
     affordable_suffix_tokens,
     context_for_machine,
@@ -119,18 +120,18 @@ GPU = info(20_000, 0.02)  # prompts read in milliseconds
 @pytest.mark.parametrize(
     ("backend", "configured", "expected"),
     [
-        (LAPTOP, 384, MIN_SUFFIX_TOKENS),  # 15 tokens in 0.1 s: the floor
-        (AMX, 384, 65),  # 0.1 s of reading
-        (GPU, 384, 384),  # the setting's bound
-        (GPU, 1000, 1000),
-        (info(40, 0.2), 384, MIN_SUFFIX_TOKENS),  # slower than any first line in time: still the floor
-        (LAPTOP, 16, 16),  # a bound under the floor stays
-        (AMX, 0, 0),  # no suffix at all, where the user says so
-        (REMOTE, 384, 384),  # unmeasured: the setting decides
+        (LAPTOP, None, MIN_SUFFIX_TOKENS),  # 15 tokens in 0.1 s: the floor
+        (AMX, None, 65),  # 0.1 s of reading
+        (GPU, None, MOST_SUFFIX_TOKENS),  # 2,000 tokens in 0.1 s: the most
+        (info(40, 0.2), None, MIN_SUFFIX_TOKENS),  # slower than any first line in time: still the floor
+        (REMOTE, None, MOST_SUFFIX_TOKENS),  # unmeasured: a remote server reads prompts on its own GPU
+        (LAPTOP, 384, 384),  # a number the user set is used as given, on any machine
+        (GPU, 16, 16),
+        (AMX, 0, 0),  # no suffix at all
     ],
 )
-def test_the_suffix_is_what_a_line_start_rereads_in_time(
-    backend: BackendInfo, configured: int, expected: int
+def test_the_suffix_is_what_a_line_start_rereads_in_time_unless_the_user_says(
+    backend: BackendInfo, configured: int | None, expected: int
 ) -> None:
     assert affordable_suffix_tokens(backend, configured) == expected
 
@@ -138,9 +139,11 @@ def test_the_suffix_is_what_a_line_start_rereads_in_time(
 def test_the_machine_suffix_reaches_the_prompt_and_nothing_else_changes() -> None:
     from lsp_server.context.builder import ContextSettings
 
-    configured = ContextSettings(max_suffix_tokens=384)
+    configured = ContextSettings()
+    assert configured.max_suffix_tokens is None  # the machine's, by default
     here = context_for_machine(configured, AMX)
-    assert here.max_suffix_tokens == 65
     assert here == ContextSettings(max_suffix_tokens=65)  # every other field as configured
-    assert context_for_machine(configured, GPU) is configured
+    assert context_for_machine(configured, GPU).max_suffix_tokens == MOST_SUFFIX_TOKENS
     assert context_for_machine(configured, LAPTOP).max_suffix_tokens == MIN_SUFFIX_TOKENS
+    chosen = ContextSettings(max_suffix_tokens=200)
+    assert context_for_machine(chosen, LAPTOP) is chosen

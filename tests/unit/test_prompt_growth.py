@@ -284,7 +284,7 @@ async def test_a_request_carries_the_suffix_its_machine_rereads_in_time(
     prompt_tokens_per_s: float, suffix_tokens: int, fewest: int
 ) -> None:
     """`affordable_suffix_tokens` reaches the prompt: at 150 tokens/s the floor of 64, at 1,500 what 0.1 s
-    reads (150), at 5,000 the setting's 384."""
+    reads (150), at 5,000 the most, 384."""
     from lsp_server.scheduling.budget import affordable_suffix_tokens
 
     backend = QwenLayoutBackend(aside=False, prompt_tokens_per_s=prompt_tokens_per_s)

@@ -34,7 +34,7 @@ export interface ServerSettings {
   suppressInStrings: boolean;
   tokenHealing: boolean;
   contextTokens: number;
-  suffixTokens: number;
+  suffixTokens: number | null;
   promptShape: string;
   minFirstLineProbability: number;
   importedFiles: boolean;

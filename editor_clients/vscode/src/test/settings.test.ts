@@ -40,7 +40,7 @@ describe("settings -> initializationOptions", () => {
       suppressInStrings: true,
       tokenHealing: true,
       contextTokens: 1536,
-      suffixTokens: 384,
+      suffixTokens: null,
       promptShape: "auto",
       minFirstLineProbability: 0.0,
       importedFiles: false,
