@@ -76,12 +76,12 @@ MOST_SUFFIX_TOKENS = 384
 
 def affordable_suffix_tokens(info: BackendInfo, configured: int | None) -> int:
     """How many tokens after the cursor a prompt holds: `configured` where the user set a number, else what
-    this machine reads in SUFFIX_READ_S, from MIN_SUFFIX_TOKENS to MOST_SUFFIX_TOKENS (the most where nothing
-    was measured: a remote or fake backend)."""
+    this machine reads in SUFFIX_READ_S, from MIN_SUFFIX_TOKENS to MOST_SUFFIX_TOKENS. Where nothing was
+    measured (a remote endpoint, which may be a laptop's llama-server, or the fake), MIN_SUFFIX_TOKENS."""
     if configured is not None:
         return configured
     if info.prompt_tokens_per_s <= 0:
-        return MOST_SUFFIX_TOKENS
+        return MIN_SUFFIX_TOKENS
     affordable = int(info.prompt_tokens_per_s * SUFFIX_READ_S)
     return max(MIN_SUFFIX_TOKENS, min(MOST_SUFFIX_TOKENS, affordable))
 

@@ -212,6 +212,6 @@ def test_the_suffix_is_this_machines_unless_the_flag_names_one() -> None:
     named = server_settings("auto", overrides={"suffixTokens": 384})
     assert machine_settings(named, measured).context.max_suffix_tokens == 384
     unmeasured = replace(measured, prompt_tokens_per_s=0.0)
-    assert machine_settings(defaults, unmeasured).context.max_suffix_tokens == 384  # the most
+    assert machine_settings(defaults, unmeasured).context.max_suffix_tokens == 64  # the least
     assert describe_suffix({"suffix_tokens": 149}) == ", suffix 149 tokens"
     assert describe_suffix({}) == ""  # reports written before the suffix was recorded

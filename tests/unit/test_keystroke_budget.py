@@ -124,7 +124,7 @@ GPU = info(20_000, 0.02)  # prompts read in milliseconds
         (AMX, None, 65),  # 0.1 s of reading
         (GPU, None, MOST_SUFFIX_TOKENS),  # 2,000 tokens in 0.1 s: the most
         (info(40, 0.2), None, MIN_SUFFIX_TOKENS),  # slower than any first line in time: still the floor
-        (REMOTE, None, MOST_SUFFIX_TOKENS),  # unmeasured: a remote server reads prompts on its own GPU
+        (REMOTE, None, MIN_SUFFIX_TOKENS),  # unmeasured: a remote server may be a laptop's llama-server
         (LAPTOP, 384, 384),  # a number the user set is used as given, on any machine
         (GPU, 16, 16),
         (AMX, 0, 0),  # no suffix at all
