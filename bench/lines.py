@@ -35,7 +35,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -183,14 +183,6 @@ def server_settings(
     return dataclasses.replace(chosen, context=context)
 
 
-def machine_settings(settings: Any, info: Any) -> Any:
-    """`settings` with the suffix the server gives a prompt on this machine (`context_for_machine`): a number
-    `--suffix-tokens` named, else what the machine re-reads in time."""
-    from lsp_server.scheduling.budget import context_for_machine
-
-    return replace(settings, context=context_for_machine(settings.context, info))
-
-
 def describe_suffix(model: Mapping[str, Any]) -> str:
     """How many tokens after the cursor the prompts held, for the model's table row ("" where not recorded)."""
     suffix = model.get("suffix_tokens")
@@ -233,6 +225,7 @@ def score_model(
     """Run every position through the server's context builder, the engine and the final trim."""
     from engine.models import describe_model, load_pair
     from engine.service import LocalEngine
+    from lsp_server.context.builder import affordable_suffix_tokens
     from lsp_server.context.fim import marker_texts
     from lsp_server.context.gate import first_line_confidence
     from lsp_server.context.indentation import indentation_ok
@@ -241,13 +234,10 @@ def score_model(
     pair = load_pair(target, draft, config.device, config.dtype, num_threads=config.threads)
     engine = LocalEngine(pair=pair)
     info = engine.info()
-    settings = machine_settings(
-        server_settings(
-            config.prompt_shape,
-            max_lines=1 if config.first_line_only else None,
-            overrides=config.setting_overrides,
-        ),
-        info,
+    settings = server_settings(
+        config.prompt_shape,
+        max_lines=1 if config.first_line_only else None,
+        overrides=config.setting_overrides,
     )
     markers = marker_texts(info.special_tokens)
     outcomes: list[Outcome] = []
@@ -293,7 +283,7 @@ def score_model(
         if settings.context.prompt_shape != "auto"
         else info.prompt_shape,
         "template": _template_name(info, settings.context.prompt_shape),
-        "suffix_tokens": settings.context.max_suffix_tokens,
+        "suffix_tokens": affordable_suffix_tokens(info, settings.context.max_suffix_tokens),
         "summary": summarize(outcomes),
         "gate": gate_report(outcomes, default_gate_threshold()),
         "outcomes": [asdict(outcome) for outcome in outcomes],

@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from engine.memory import peak_resident_mb
+from lsp_server.context.builder import affordable_suffix_tokens
 from lsp_server.handlers.guard import field, guarded
 from lsp_server.language_server import SpeclsServer
-from lsp_server.scheduling.budget import affordable_suffix_tokens, first_line_fit
+from lsp_server.scheduling.budget import first_line_fit
 
 STATS_REQUEST = "specls/stats"
 

@@ -12,18 +12,12 @@ that finished) keeps its full size: its uncached part is a few tokens. Where the
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import TYPE_CHECKING
-
 from engine.api import BackendInfo
 from engine.costs import AT_REST_SUGGESTION_S as AT_REST_SUGGESTION_S
 from engine.costs import FIRST_LINE_TOKENS as FIRST_LINE_TOKENS
 from engine.costs import FIRST_SUGGESTION_S as FIRST_SUGGESTION_S
 from engine.costs import MIN_PROMPT_TOKENS as MIN_PROMPT_TOKENS
 from engine.costs import first_line_seconds
-
-if TYPE_CHECKING:
-    from lsp_server.context.builder import ContextSettings
 
 
 def reading_s(uncached_tokens: int, info: BackendInfo) -> float | None:
@@ -59,38 +53,6 @@ def needs_smaller_prompt(
     if uncached is None or uncached + FIRST_LINE_TOKENS * info.step_s <= seconds:
         return None
     return affordable
-
-
-# The text after the cursor, unless the `suffixTokens` setting names a number: in Qwen's fill-in-the-middle
-# layout it follows the lines above the cursor, so every new line re-reads all of it. It gets what the engine
-# reads in SUFFIX_READ_S, less than the time between two keys (120 ms), from MIN_SUFFIX_TOKENS to
-# MOST_SUFFIX_TOKENS. On the CPUs measured that is the floor: with ~120 tokens (half the at-rest budget's
-# reading) the typist saved 13.5-14.3% of characters against 16.1-16.6% with 64, AVX2 and AVX512-BF16 alike,
-# for an exact next line within noise for the 0.5B (docs/line-starts.md). Where prompts are read fast (a GPU)
-# it is the most: the 1.5B wrote the exact next line at 49% of 79 line starts of unseen code with 384 tokens,
-# 42% with 64.
-SUFFIX_READ_S = 0.1
-MIN_SUFFIX_TOKENS = 64
-MOST_SUFFIX_TOKENS = 384
-
-
-def affordable_suffix_tokens(info: BackendInfo, configured: int | None) -> int:
-    """How many tokens after the cursor a prompt holds: `configured` where the user set a number, else what
-    this machine reads in SUFFIX_READ_S, from MIN_SUFFIX_TOKENS to MOST_SUFFIX_TOKENS. Where nothing was
-    measured (a remote endpoint, which may be a laptop's llama-server, or the fake), MIN_SUFFIX_TOKENS."""
-    if configured is not None:
-        return configured
-    if info.prompt_tokens_per_s <= 0:
-        return MIN_SUFFIX_TOKENS
-    affordable = int(info.prompt_tokens_per_s * SUFFIX_READ_S)
-    return max(MIN_SUFFIX_TOKENS, min(MOST_SUFFIX_TOKENS, affordable))
-
-
-def context_for_machine(context: ContextSettings, info: BackendInfo) -> ContextSettings:
-    """`context` with the suffix this machine affords (`affordable_suffix_tokens`): the one place requests,
-    warm-ups and `specls bench lines` get it, so their prompts agree and a warm-up's cache serves a request."""
-    suffix = affordable_suffix_tokens(info, context.max_suffix_tokens)
-    return context if suffix == context.max_suffix_tokens else replace(context, max_suffix_tokens=suffix)
 
 
 # Drafters that run the draft model, the only speculation a fit estimate credits (copying drafters propose

@@ -42,7 +42,6 @@ from lsp_server.scheduling.budget import (
     AT_REST_SUGGESTION_S,
     FIRST_SUGGESTION_S,
     affordable_prompt_tokens,
-    context_for_machine,
     needs_smaller_prompt,
 )
 from lsp_server.scheduling.prefetch import untyped_rest
@@ -454,16 +453,15 @@ class EngineWorker:
             return backend.count_tokens(without_lone_surrogates(text))
 
         document = snapshot.get(uri)
-        context = context_for_machine(settings.context, info)
         if offset is None:
-            offset = warm_offset(document.text, context.max_prompt_tokens, count)
+            offset = warm_offset(document.text, settings.context.max_prompt_tokens, count)
         serving_start = document.prompt_start_line
         if grow:  # the prompt grown aside keeps its own start; the one requests are served from keeps theirs
             document.prompt_start_line = document.grow_start_line
-        ctx = self._prompts.build_context(snapshot, uri, offset, info, context, count)
+        ctx = self._prompts.build_context(snapshot, uri, offset, info, settings.context, count)
         if grow:
             document.grow_start_line, document.prompt_start_line = document.prompt_start_line, serving_start
-        configured = context.max_prompt_tokens
+        configured = settings.context.max_prompt_tokens
         seconds = AT_REST_SUGGESTION_S if at_rest else FIRST_SUGGESTION_S
         tight = affordable_prompt_tokens(info, configured, seconds) < configured  # else no peek (an encode)
         grows = self._grows(backend, info, settings)
@@ -472,7 +470,7 @@ class EngineWorker:
             if grown is not None and grown != serving_start:
                 # A larger prompt was read aside: take it if the engine can read its new tail in time.
                 document.prompt_start_line = grown
-                larger = self._prompts.build_context(snapshot, uri, offset, info, context, count)
+                larger = self._prompts.build_context(snapshot, uri, offset, info, settings.context, count)
                 cached, total = backend.prompt_tokens_cached(without_lone_surrogates(larger.prompt))
                 if (
                     larger.mode != "none"
@@ -486,7 +484,7 @@ class EngineWorker:
             cached, total = backend.prompt_tokens_cached(without_lone_surrogates(ctx.prompt))
             smaller = needs_smaller_prompt(cached, total, info, configured, seconds)
             if smaller is not None:
-                shorter = replace(context, max_prompt_tokens=smaller)
+                shorter = replace(settings.context, max_prompt_tokens=smaller)
                 ctx = self._prompts.build_context(snapshot, uri, offset, info, shorter, count)
                 total = smaller  # the cut prompt holds at most this many tokens: no second encode per key
                 if at_rest and not grows:

@@ -6,14 +6,11 @@ from __future__ import annotations
 import pytest
 
 from engine.api import BackendInfo
+from lsp_server.context.builder import MIN_SUFFIX_TOKENS, MOST_SUFFIX_TOKENS, affordable_suffix_tokens
 from lsp_server.scheduling.budget import (
     FIRST_LINE_TOKENS,
     MIN_PROMPT_TOKENS,
-    MIN_SUFFIX_TOKENS,
-    MOST_SUFFIX_TOKENS,
     affordable_prompt_tokens,
-    affordable_suffix_tokens,
-    context_for_machine,
     needs_smaller_prompt,
 )
 
@@ -136,14 +133,32 @@ def test_the_suffix_is_what_a_line_start_rereads_in_time_unless_the_user_says(
     assert affordable_suffix_tokens(backend, configured) == expected
 
 
-def test_the_machine_suffix_reaches_the_prompt_and_nothing_else_changes() -> None:
-    from lsp_server.context.builder import ContextSettings
+def test_the_context_builder_gives_the_prompt_the_machines_suffix_or_the_users() -> None:
+    from dataclasses import replace
 
-    configured = ContextSettings()
-    assert configured.max_suffix_tokens is None  # the machine's, by default
-    here = context_for_machine(configured, AMX)
-    assert here == ContextSettings(max_suffix_tokens=65)  # every other field as configured
-    assert context_for_machine(configured, GPU).max_suffix_tokens == MOST_SUFFIX_TOKENS
-    assert context_for_machine(configured, LAPTOP).max_suffix_tokens == MIN_SUFFIX_TOKENS
-    chosen = ContextSettings(max_suffix_tokens=200)
-    assert context_for_machine(chosen, LAPTOP) is chosen
+    from lsp_server.context import ContextSettings, build_completion_context
+    from lsp_server.documents import DocumentStore
+
+    text = "".join(f"value_{n} = {n}\n" for n in range(400))  # 1 token a word, 3 a line
+    cursor = text.index("value_200 =")
+    qwen = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>")
+
+    def suffix_tokens(backend: BackendInfo, settings: ContextSettings) -> int:
+        store = DocumentStore()
+        store.open("file:///w/values.py", "python", 1, text)
+        ctx = build_completion_context(
+            store,
+            "file:///w/values.py",
+            cursor,
+            replace(backend, special_tokens=qwen),
+            settings,
+            lambda part: len(part.split()),
+        )
+        return len(ctx.suffix.split())
+
+    assert ContextSettings().max_suffix_tokens is None  # the machine's, by default
+    # Trimmed at 8-line blocks of 3 tokens a line: within one block of the share.
+    assert 65 - 24 <= suffix_tokens(AMX, ContextSettings()) <= 65  # 0.1 s of reading
+    assert MOST_SUFFIX_TOKENS - 24 <= suffix_tokens(GPU, ContextSettings()) <= MOST_SUFFIX_TOKENS
+    assert MIN_SUFFIX_TOKENS - 24 <= suffix_tokens(LAPTOP, ContextSettings()) <= MIN_SUFFIX_TOKENS
+    assert 200 - 24 <= suffix_tokens(LAPTOP, ContextSettings(max_suffix_tokens=200)) <= 200  # the user's

@@ -285,7 +285,7 @@ async def test_a_request_carries_the_suffix_its_machine_rereads_in_time(
 ) -> None:
     """`affordable_suffix_tokens` reaches the prompt: at 150 tokens/s the floor of 64, at 1,500 what 0.1 s
     reads (150), at 5,000 the most, 384."""
-    from lsp_server.scheduling.budget import affordable_suffix_tokens
+    from lsp_server.context.builder import affordable_suffix_tokens
 
     backend = QwenLayoutBackend(aside=False, prompt_tokens_per_s=prompt_tokens_per_s)
     assert (
