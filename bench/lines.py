@@ -183,10 +183,12 @@ def server_settings(
     return dataclasses.replace(chosen, context=context)
 
 
-def describe_suffix(model: Mapping[str, Any]) -> str:
-    """How many tokens after the cursor the prompts held, for the model's table row ("" where not recorded)."""
-    suffix = model.get("suffix_tokens")
-    return "" if suffix is None else f", suffix {suffix} tokens"
+def describe_prompt_size(model: Mapping[str, Any]) -> str:
+    """How many tokens the prompts could hold, and how many of them after the cursor, for the model's table
+    row ("" for what a report written before they were recorded lacks)."""
+    sizes = [("prompt", model.get("prompt_tokens")), ("suffix", model.get("suffix_tokens"))]
+    said = [f"{name} {tokens}" for name, tokens in sizes if tokens is not None]
+    return f", {', '.join(said)} tokens" if said else ""
 
 
 def default_gate_threshold() -> float:
@@ -225,7 +227,7 @@ def score_model(
     """Run every position through the server's context builder, the engine and the final trim."""
     from engine.models import describe_model, load_pair
     from engine.service import LocalEngine
-    from lsp_server.context.builder import affordable_suffix_tokens
+    from lsp_server.context.builder import affordable_suffix_tokens, full_prompt_tokens
     from lsp_server.context.fim import marker_texts
     from lsp_server.context.gate import first_line_confidence
     from lsp_server.context.indentation import indentation_ok
@@ -283,6 +285,7 @@ def score_model(
         if settings.context.prompt_shape != "auto"
         else info.prompt_shape,
         "template": _template_name(info, settings.context.prompt_shape),
+        "prompt_tokens": full_prompt_tokens(info, settings.context.max_prompt_tokens),
         "suffix_tokens": affordable_suffix_tokens(info, settings.context.max_suffix_tokens),
         "summary": summarize(outcomes),
         "gate": gate_report(outcomes, default_gate_threshold()),
@@ -484,7 +487,7 @@ def markdown_report(result: dict[str, Any]) -> str:
         rows.append(
             [
                 f"{model_name(model)} ({model['dtype']}, {model.get('template', '?')}"
-                f"{describe_suffix(model)})",
+                f"{describe_prompt_size(model)})",
                 s["positions"],
                 percent(s["non_empty"]),
                 percent(s["indentation_ok"]),
@@ -644,7 +647,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--context-tokens",
         type=positive,
-        help="the prompt budget (the server's contextTokens setting; default: the server's default)",
+        help="the prompt budget (the server's contextTokens; default: what this machine reads in time, as the "
+        "server chooses)",
     )
     parser.add_argument(
         "--suffix-tokens",

@@ -214,7 +214,7 @@ _FIELDS: dict[str, tuple[str, ValueType]] = {
     "suppressInComments": ("context.suppress_in_comments", _bool),
     "suppressInStrings": ("context.suppress_in_strings", _bool),
     "tokenHealing": ("context.token_healing", _bool),
-    "contextTokens": ("context.max_prompt_tokens", _int_in(16, 1_000_000)),
+    "contextTokens": ("context.max_prompt_tokens", _optional_int_in(16, 1_000_000)),
     "suffixTokens": ("context.max_suffix_tokens", _optional_int_in(0, 1_000_000)),
     "promptShape": ("context.prompt_shape", _choice(PROMPT_SHAPES)),
     "minFirstLineProbability": ("context.min_first_line_probability", _float_in(0.0, 1.0)),

@@ -11,6 +11,7 @@ from lsp_server.context.builder import (
     ContextSettings,
     build_completion_context,
     finalize_completion,
+    full_prompt_tokens,
 )
 from lsp_server.context.fim import FimTemplate, Snippet, detect_fim_template
 from lsp_server.context.syntax_context import syntax_classifier, syntax_context_of
@@ -23,6 +24,7 @@ __all__ = [
     "build_completion_context",
     "detect_fim_template",
     "finalize_completion",
+    "full_prompt_tokens",
     "syntax_classifier",
     "syntax_context_of",
 ]

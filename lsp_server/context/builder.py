@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from engine.api import BackendInfo, StopCheck
+from engine.costs import AT_REST_SUGGESTION_S, FIRST_LINE_TOKENS
 from engine.words import ascii_word, is_word_char, word_start
 from lsp_server.context.fim import (
     BLOCK_LINES,
@@ -29,7 +30,9 @@ if TYPE_CHECKING:
 
 @dataclass
 class ContextSettings:
-    max_prompt_tokens: int = 1536
+    # The prompt's size before a request cuts it to what it reads in time. None: what the machine reads from
+    # scratch within the at-rest budget, from 1,536 to 4,096 tokens (`full_prompt_tokens` below).
+    max_prompt_tokens: int | None = None
     prefix_fraction: float = 0.75  # of the file's share of the budget; the suffix gets the rest
     # ... but no more than this. None: what the machine re-reads in time at each new line, which in PSM
     # re-reads all of the suffix (`affordable_suffix_tokens` below: 64 on the CPUs measured, 384
@@ -96,9 +99,35 @@ def healed_fragment(prefix: str) -> str:
     return prefix[start:] if prefix[:start].strip() else ""
 
 
+# The prompt's full size, unless `contextTokens` names a number: DEFAULT_PROMPT_TOKENS, or more where the
+# machine reads more from scratch and still writes a first line within AT_REST_SUGGESTION_S, up to
+# MOST_PROMPT_TOKENS. The CPUs measured read 250-400 tokens in that time, so they keep 1,536 (a request cuts
+# it and the full prompt is read aside, `lsp_server.scheduling.budget`); a GPU reads thousands. On 79 line
+# starts of openai-agents-python the 1.5B wrote the exact next line at 53% with 4,096 tokens, 49% with 1,536
+# (both with a 384-token suffix), and the 0.5B at 39% against 37% (docs/line-starts.md).
+DEFAULT_PROMPT_TOKENS = 1536
+MOST_PROMPT_TOKENS = 4096
+
+
+def full_prompt_tokens(info: BackendInfo, configured: int | None) -> int:
+    """The prompt's size before any cut for time: `configured` where the user set a number, else what this
+    machine reads from scratch within AT_REST_SUGGESTION_S after a first line's steps, from
+    DEFAULT_PROMPT_TOKENS to MOST_PROMPT_TOKENS; DEFAULT_PROMPT_TOKENS where nothing was measured (a remote
+    endpoint, the fake)."""
+    if configured is not None:
+        return configured
+    if info.prompt_tokens_per_s <= 0:
+        return DEFAULT_PROMPT_TOKENS
+    reading_s = max(0.0, AT_REST_SUGGESTION_S - FIRST_LINE_TOKENS * info.step_s)
+    affordable = int(info.prompt_tokens_per_s * reading_s)
+    return max(DEFAULT_PROMPT_TOKENS, min(MOST_PROMPT_TOKENS, affordable))
+
+
 def prompt_budget(info: BackendInfo, settings: ContextSettings) -> int:
-    """Tokens the prompt may use: the setting, within the model's context minus room for the completion."""
-    return max(0, min(settings.max_prompt_tokens, info.context_length - settings.reserve_tokens))
+    """Tokens the prompt may use: its full size on this machine (`full_prompt_tokens`), within the model's
+    context minus room for the completion."""
+    full = full_prompt_tokens(info, settings.max_prompt_tokens)
+    return max(0, min(full, info.context_length - settings.reserve_tokens))
 
 
 MAX_LINE_BEFORE = 4000  # of a longer line, the stop rules see its indentation and its last characters

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.memory import peak_resident_mb
-from lsp_server.context.builder import affordable_suffix_tokens
+from lsp_server.context.builder import affordable_suffix_tokens, full_prompt_tokens
 from lsp_server.handlers.guard import field, guarded
 from lsp_server.language_server import SpeclsServer
 from lsp_server.scheduling.budget import first_line_fit
@@ -66,10 +66,16 @@ def stats_request(ls: SpeclsServer, params: Any) -> dict[str, Any]:
     result["model_choice"] = info.model_choice if info is not None else ""
     fits, detail = first_line_fit(info, ls.settings.drafter) if info is not None else (None, "not loaded")
     result["keystroke_budget"] = {"fits": fits, "detail": detail}
-    # How much text after the cursor a prompt holds here: what a line start re-reads in time.
-    configured_suffix = ls.settings.context.max_suffix_tokens  # None: the machine's
+    # How large a prompt is here (before a request cuts it for time), and how much of it follows the
+    # cursor: what a line start re-reads in time. None in a setting: the machine's.
+    context = ls.settings.context
+    result["prompt_tokens"] = (
+        full_prompt_tokens(info, context.max_prompt_tokens) if info is not None else context.max_prompt_tokens
+    )
     result["suffix_tokens"] = (
-        affordable_suffix_tokens(info, configured_suffix) if info is not None else configured_suffix
+        affordable_suffix_tokens(info, context.max_suffix_tokens)
+        if info is not None
+        else context.max_suffix_tokens
     )
     result["settings"] = {
         "backend": ls.settings.backend,

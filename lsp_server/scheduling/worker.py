@@ -34,7 +34,7 @@ from engine.api import (
     WarmResult,
 )
 from lsp_server.config import ServerSettings
-from lsp_server.context import CompletionContext, ContextSettings
+from lsp_server.context import CompletionContext, ContextSettings, full_prompt_tokens
 from lsp_server.documents import DocumentStore, OutOfSyncError, UnknownDocumentError
 from lsp_server.engine_request import engine_request, without_lone_surrogates
 from lsp_server.jobs import FairQueue, Generation, is_current
@@ -453,15 +453,15 @@ class EngineWorker:
             return backend.count_tokens(without_lone_surrogates(text))
 
         document = snapshot.get(uri)
+        configured = full_prompt_tokens(info, settings.context.max_prompt_tokens)
         if offset is None:
-            offset = warm_offset(document.text, settings.context.max_prompt_tokens, count)
+            offset = warm_offset(document.text, configured, count)
         serving_start = document.prompt_start_line
         if grow:  # the prompt grown aside keeps its own start; the one requests are served from keeps theirs
             document.prompt_start_line = document.grow_start_line
         ctx = self._prompts.build_context(snapshot, uri, offset, info, settings.context, count)
         if grow:
             document.grow_start_line, document.prompt_start_line = document.prompt_start_line, serving_start
-        configured = settings.context.max_prompt_tokens
         seconds = AT_REST_SUGGESTION_S if at_rest else FIRST_SUGGESTION_S
         tight = affordable_prompt_tokens(info, configured, seconds) < configured  # else no peek (an encode)
         grows = self._grows(backend, info, settings)
@@ -503,7 +503,7 @@ class EngineWorker:
     def _grows(backend: CompletionBackend, info: BackendInfo, settings: ServerSettings) -> bool:
         """Whether full-size prompts are read aside (`GrowJob`): warm-ups on, a second cache, and a budget
         that cuts deep."""
-        configured = settings.context.max_prompt_tokens
+        configured = full_prompt_tokens(info, settings.context.max_prompt_tokens)
         return (
             settings.warm
             and info.reads_prompts_aside

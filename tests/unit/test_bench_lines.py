@@ -200,8 +200,14 @@ def test_the_prompt_budget_and_suffix_share_can_be_set_and_the_report_says_so() 
         parser.parse_args(["--suffix-tokens", "-1"])
 
 
-def test_the_report_says_how_many_tokens_after_the_cursor_each_model_saw() -> None:
-    from bench.lines import describe_suffix
+def test_the_report_says_how_large_each_models_prompts_were() -> None:
+    from bench.lines import describe_prompt_size
 
-    assert describe_suffix({"suffix_tokens": 149}) == ", suffix 149 tokens"
-    assert describe_suffix({}) == ""  # reports written before the suffix was recorded
+    assert (
+        describe_prompt_size({"prompt_tokens": 4096, "suffix_tokens": 384})
+        == ", prompt 4096, suffix 384 tokens"
+    )
+    assert (
+        describe_prompt_size({"suffix_tokens": 149}) == ", suffix 149 tokens"
+    )  # before prompts were recorded
+    assert describe_prompt_size({}) == ""  # reports written before the suffix was recorded

@@ -303,6 +303,16 @@ def test_doctor_warns_with_the_numbers_when_the_loaded_model_does_not_fit() -> N
     assert (slow.status, slow.detail) == ("warn", "does not fit: 2.10 s") and "--target" in slow.fix
     (said,) = check_budget({"keystroke_budget": {"fits": True, "detail": "fits: ..."}, "suffix_tokens": 64})
     assert said.detail == "fits: ...; a line start re-reads up to 64 tokens after the cursor"
+    (both,) = check_budget(
+        {
+            "keystroke_budget": {"fits": True, "detail": "fits: ..."},
+            "prompt_tokens": 4096,
+            "suffix_tokens": 384,
+        }
+    )
+    assert both.detail == (
+        "fits: ...; prompts hold up to 4096 tokens; a line start re-reads up to 384 tokens after the cursor"
+    )
 
 
 def test_stats_say_which_model_runs_why_and_whether_it_fits() -> None:
@@ -326,6 +336,7 @@ def test_stats_say_which_model_runs_why_and_whether_it_fits() -> None:
     stats = stats_request(ls, None)
     assert stats["model_choice"] == "because"
     assert stats["suffix_tokens"] == 65  # what 650 tokens/s reads in 0.1 s (`suffixTokens` null, the default)
+    assert stats["prompt_tokens"] == 1536  # it reads 260 from scratch in the at-rest second: the floor
     assert stats["keystroke_budget"]["fits"] is True and stats["keystroke_budget"]["detail"].startswith(
         "fits: "
     )

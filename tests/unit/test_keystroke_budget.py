@@ -6,7 +6,14 @@ from __future__ import annotations
 import pytest
 
 from engine.api import BackendInfo
-from lsp_server.context.builder import MIN_SUFFIX_TOKENS, MOST_SUFFIX_TOKENS, affordable_suffix_tokens
+from lsp_server.context.builder import (
+    DEFAULT_PROMPT_TOKENS,
+    MIN_SUFFIX_TOKENS,
+    MOST_PROMPT_TOKENS,
+    MOST_SUFFIX_TOKENS,
+    affordable_suffix_tokens,
+    full_prompt_tokens,
+)
 from lsp_server.scheduling.budget import (
     FIRST_LINE_TOKENS,
     MIN_PROMPT_TOKENS,
@@ -162,3 +169,57 @@ def test_the_context_builder_gives_the_prompt_the_machines_suffix_or_the_users()
     assert MOST_SUFFIX_TOKENS - 24 <= suffix_tokens(GPU, ContextSettings()) <= MOST_SUFFIX_TOKENS
     assert MIN_SUFFIX_TOKENS - 24 <= suffix_tokens(LAPTOP, ContextSettings()) <= MIN_SUFFIX_TOKENS
     assert 200 - 24 <= suffix_tokens(LAPTOP, ContextSettings(max_suffix_tokens=200)) <= 200  # the user's
+
+
+@pytest.mark.parametrize(
+    ("backend", "configured", "expected"),
+    [
+        (LAPTOP, None, DEFAULT_PROMPT_TOKENS),  # 60 tokens from scratch in the at-rest second: the floor
+        (AMX, None, DEFAULT_PROMPT_TOKENS),  # ~300: the floor, read aside as before
+        (info(3_000, 0.02), None, 2_280),  # 0.76 s left after a first line's steps, at 3,000 tokens/s
+        (GPU, None, MOST_PROMPT_TOKENS),  # 15,200 tokens in that time: the most
+        (REMOTE, None, DEFAULT_PROMPT_TOKENS),  # unmeasured: as before
+        (GPU, 1024, 1024),  # a number the user set is used as given, on any machine
+        (LAPTOP, 8192, 8192),
+    ],
+)
+def test_the_full_prompt_is_what_the_machine_reads_at_rest_unless_the_user_says(
+    backend: BackendInfo, configured: int | None, expected: int
+) -> None:
+    assert full_prompt_tokens(backend, configured) == expected
+
+
+def test_the_context_builder_fills_the_machines_prompt_or_the_users() -> None:
+    from dataclasses import replace
+
+    from lsp_server.context import ContextSettings, build_completion_context
+    from lsp_server.documents import DocumentStore
+
+    text = "".join(f"value_{n} = {n}\n" for n in range(3000))  # 3 tokens a line, 9,000 in all
+    cursor = text.index("value_2000 =")
+    qwen = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>")
+
+    def prompt_tokens(backend: BackendInfo, settings: ContextSettings) -> int:
+        store = DocumentStore()
+        store.open("file:///w/values.py", "python", 1, text)
+        ctx = build_completion_context(
+            store,
+            "file:///w/values.py",
+            cursor,
+            replace(backend, special_tokens=qwen),
+            settings,
+            lambda part: len(part.split()),
+        )
+        return len(ctx.prompt.split())
+
+    assert ContextSettings().max_prompt_tokens is None  # the machine's, by default
+
+    def fills(tokens: int, budget: int) -> bool:  # a moved prefix leaves a quarter free (STICKY_FILL)
+        return 0.75 * budget <= tokens <= budget
+
+    assert fills(prompt_tokens(AMX, ContextSettings()), DEFAULT_PROMPT_TOKENS)
+    assert fills(prompt_tokens(GPU, ContextSettings()), MOST_PROMPT_TOKENS)
+    assert fills(prompt_tokens(REMOTE, ContextSettings()), DEFAULT_PROMPT_TOKENS)
+    assert fills(prompt_tokens(GPU, ContextSettings(max_prompt_tokens=1000)), 1000)  # the user's
+    small_window = replace(GPU, context_length=2048)  # the model's window still bounds it
+    assert prompt_tokens(small_window, ContextSettings()) <= 2048 - ContextSettings().reserve_tokens

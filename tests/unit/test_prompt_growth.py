@@ -303,3 +303,29 @@ async def test_a_request_carries_the_suffix_its_machine_rereads_in_time(
         assert fewest <= backend.count_tokens(suffix) <= suffix_tokens
     finally:
         worker.stop()
+
+
+@pytest.mark.parametrize(("context_tokens", "most"), [(None, 4096), (1536, 1536)], ids=["machine", "user"])
+async def test_a_machine_that_reads_fast_gets_the_larger_prompt_unless_the_user_says(
+    context_tokens: int | None, most: int
+) -> None:
+    """`full_prompt_tokens` reaches the prompt: at 20,000 tokens/s the whole 2,400-token file above the
+    cursor fits the machine's 4,096; with `contextTokens` 1536 set, 1,536 bound it, as on any CPU."""
+    from lsp_server.context import full_prompt_tokens
+
+    backend = QwenLayoutBackend(aside=False, prompt_tokens_per_s=20_000)
+    settings = ServerSettings()
+    settings.context.max_prompt_tokens = context_tokens
+    assert full_prompt_tokens(backend.info(), context_tokens) == most
+    worker, store, events = await run_worker(backend, settings)
+    try:
+        document = store.get(URI)
+        end = len(document.text)
+        events.ended[1] = asyncio.get_running_loop().create_future()
+        worker.submit(Generation(1, URI, document.version, document.text, end, ""))
+        await asyncio.wait_for(events.ended[1], timeout=5)
+        prompt_tokens = backend.count_tokens(backend.calls[0][0].prompt)
+        assert prompt_tokens <= most
+        assert prompt_tokens > 2_000 if context_tokens is None else prompt_tokens > 1_000
+    finally:
+        worker.stop()

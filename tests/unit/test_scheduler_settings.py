@@ -24,7 +24,7 @@ def test_defaults_match_the_documented_contract() -> None:
         False,
         "SPECLS_API_KEY",
     )
-    assert settings.context.max_lines == 8 and settings.context.max_prompt_tokens == 1536
+    assert settings.context.max_lines == 8 and settings.context.max_prompt_tokens is None  # the machine's
 
 
 def test_camel_case_settings_reach_nested_fields() -> None:
@@ -45,8 +45,9 @@ def test_camel_case_settings_reach_nested_fields() -> None:
     assert settings.max_new_tokens == 32 and settings.first_line_first and settings.remote_model == "coder"
     assert settings.context.max_lines == 3 and settings.context.max_prompt_tokens == 512
     assert settings.context.max_suffix_tokens == 0  # no text after the cursor in the prompt
-    back, report = apply_settings({"suffixTokens": None}, settings)
+    back, report = apply_settings({"suffixTokens": None, "contextTokens": None}, settings)
     assert not report.invalid and back.context.max_suffix_tokens is None  # null: the machine chooses again
+    assert back.context.max_prompt_tokens is None
     _, report = apply_settings({"suffixTokens": "auto"}, settings)
     assert report.invalid  # null is the way to say it; a string is an error the user is told about
     assert settings.context.suppress_in_comments and not settings.context.suppress_in_strings

@@ -33,7 +33,7 @@ export interface ServerSettings {
   suppressInComments: boolean;
   suppressInStrings: boolean;
   tokenHealing: boolean;
-  contextTokens: number;
+  contextTokens: number | null;
   suffixTokens: number | null;
   promptShape: string;
   minFirstLineProbability: number;

@@ -50,10 +50,12 @@ def check_budget(stats: dict[str, Any]) -> list[Check]:
     budget = stats.get("keystroke_budget") or {}
     if budget.get("fits") is None:
         return []
-    suffix = stats.get("suffix_tokens")
-    detail = budget["detail"] + (
-        f"; a line start re-reads up to {suffix} tokens after the cursor" if suffix else ""
-    )
+    prompt, suffix = stats.get("prompt_tokens"), stats.get("suffix_tokens")
+    detail = budget["detail"]
+    if prompt:
+        detail += f"; prompts hold up to {prompt} tokens"
+    if suffix:
+        detail += f"; a line start re-reads up to {suffix} tokens after the cursor"
     if budget["fits"]:
         return [Check("keystroke budget", "ok", detail)]
     fix = "a smaller model answers sooner: name one with --target (the `target` setting in an editor)"

@@ -39,7 +39,7 @@ describe("settings -> initializationOptions", () => {
       suppressInComments: false,
       suppressInStrings: true,
       tokenHealing: true,
-      contextTokens: 1536,
+      contextTokens: null,
       suffixTokens: null,
       promptShape: "auto",
       minFirstLineProbability: 0.0,
