@@ -191,10 +191,12 @@ def describe_prompt_size(model: Mapping[str, Any]) -> str:
     return f", {', '.join(said)} tokens" if said else ""
 
 
-def default_gate_threshold() -> float:
+def default_gate_threshold(info: Any) -> float:
+    """The gate the server applies to this model with default settings (the model's measured one)."""
     from lsp_server.config import ServerSettings
+    from lsp_server.context.builder import gate_threshold
 
-    return ServerSettings().context.min_first_line_probability
+    return gate_threshold(info, ServerSettings().context.min_first_line_probability)
 
 
 def suggest(
@@ -288,7 +290,7 @@ def score_model(
         "prompt_tokens": full_prompt_tokens(info, settings.context.max_prompt_tokens),
         "suffix_tokens": affordable_suffix_tokens(info, settings.context.max_suffix_tokens),
         "summary": summarize(outcomes),
-        "gate": gate_report(outcomes, default_gate_threshold()),
+        "gate": gate_report(outcomes, default_gate_threshold(info)),
         "outcomes": [asdict(outcome) for outcome in outcomes],
     }
 

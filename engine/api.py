@@ -221,6 +221,9 @@ class BackendInfo:
     # The prompt shape measured best for this model ("prefix-only", "fim"), or "auto": FIM when the
     # tokenizer has a known family's FIM tokens (`engine.catalog.CatalogModel.prompt`).
     prompt_shape: str = "auto"
+    # The confidence gate measured for this model (`engine.catalog.CatalogModel.first_line_gate`), what
+    # `minFirstLineProbability` is when the user sets none; 0: not calibrated, no gate.
+    first_line_gate: float = 0.0
     # What the loaded models cost, in MB (`engine.service.model_memory`): "weights_mb", "kv_cache_mb",
     # "rss_added_by_load_mb"; empty for backends that hold no weights in this process.
     memory: dict[str, float | None] = field(default_factory=dict)

@@ -49,6 +49,7 @@ from engine.sequences import common_prefix_length
 from engine.speculative import PollingDecoder, speculative_generate
 
 if TYPE_CHECKING:
+    from engine.catalog import CatalogModel
     from engine.decoder import CausalDecoder
 
 
@@ -57,14 +58,15 @@ if TYPE_CHECKING:
 DEFAULT_MAX_CONTEXT = 8192
 
 
-def measured_prompt_shape(folder: str | None) -> str:
-    """The prompt shape recorded for a pulled catalog model (found by its pull record), else "auto"."""
+def pulled_catalog_entry(folder: str | None) -> CatalogModel | None:
+    """The catalog entry of a pulled model (found by its pull record), with what was measured for it (the
+    prompt shape, the confidence gate); None for any other folder or hub id."""
     from pathlib import Path
 
     from engine.catalog import CATALOG, catalog_name_of
 
     name = catalog_name_of(Path(folder)) if folder else None
-    return CATALOG[name].prompt if name else "auto"
+    return CATALOG[name] if name else None
 
 
 def decoder_weight_mb(decoder: object) -> float | None:
@@ -174,9 +176,9 @@ class LocalEngine:
         self._lock = threading.Lock()
         self.token_texts = TokenTexts.from_tokenizer(self.tokenizer)
         self.step_costs = self._measure_step_costs()
-        self.prompt_shape = measured_prompt_shape(
-            self.pair.target_source.location if source.is_local else None
-        )
+        measured = pulled_catalog_entry(self.pair.target_source.location if source.is_local else None)
+        self.prompt_shape = measured.prompt if measured is not None else "auto"
+        self.first_line_gate = measured.first_line_gate if measured is not None else 0.0
         return_freed_memory()  # the step-cost forwards' scratch, freed but still resident
         self.memory = model_memory(self.target, self.draft_decoder, rss_before)
         self.model_choice = model_choice  # why this target (`BackendInfo.model_choice`)
@@ -229,6 +231,7 @@ class LocalEngine:
             runtime=self.runtime.describe()
             + (f"; draft: {self.draft_runtime.describe()}" if self.draft_runtime is not None else ""),
             prompt_shape=self.prompt_shape,
+            first_line_gate=self.first_line_gate,
             memory=dict(self.memory),
             prompt_tokens_per_s=self.step_costs.prompt_tokens_per_s,
             step_s=self.step_costs.step_s,

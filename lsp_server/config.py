@@ -162,6 +162,16 @@ def _optional_int_in(low: int, high: int) -> ValueType:
     return ValueType(("integer", "null"), parse, minimum=low, maximum=high)
 
 
+def _optional_float_in(low: float, high: float) -> ValueType:
+    """A number from `low` to `high`, or null: the server chooses (what was measured for the model)."""
+    number = _float_in(low, high)
+
+    def parse(value: Any) -> float | None:
+        return None if value is None else number(value)
+
+    return ValueType(("number", "null"), parse, minimum=low, maximum=high)
+
+
 def _float_in(low: float, high: float) -> ValueType:
     def parse(value: Any) -> float:
         _finite(value)
@@ -217,7 +227,7 @@ _FIELDS: dict[str, tuple[str, ValueType]] = {
     "contextTokens": ("context.max_prompt_tokens", _optional_int_in(16, 1_000_000)),
     "suffixTokens": ("context.max_suffix_tokens", _optional_int_in(0, 1_000_000)),
     "promptShape": ("context.prompt_shape", _choice(PROMPT_SHAPES)),
-    "minFirstLineProbability": ("context.min_first_line_probability", _float_in(0.0, 1.0)),
+    "minFirstLineProbability": ("context.min_first_line_probability", _optional_float_in(0.0, 1.0)),
     "importedFiles": ("context.imported_files", _bool),
 }
 

@@ -50,8 +50,10 @@ class ContextSettings:
     # FIM tokens; "fim" or "prefix-only" force one (what `specls bench lines --prompt-shape` compares).
     prompt_shape: str = "auto"
     # The gate (`gate.first_line_confidence`): no suggestion whose first line holds a token the model gave a
-    # lower probability than this; 0 shows everything. Fit on held-out line starts (docs/line-starts.md).
-    min_first_line_probability: float = 0.0
+    # lower probability than this; 0 shows everything. None: the threshold measured for the model
+    # (`BackendInfo.first_line_gate`, 0.3 for the Qwen2.5-Coder models, 0 for any other), fit on held-out line
+    # starts (docs/line-starts.md).
+    min_first_line_probability: float | None = None
     # Definitions from the workspace files the document imports, read from disk where they are not open
     # (`context.workspace`). Off by default: on 80 line starts of this project's files they lowered the exact
     # next line (0.5B 22% -> 16%, 1.5B 34% -> 32%; bench/results/lines-*-imported-*).
@@ -159,6 +161,11 @@ def affordable_suffix_tokens(info: BackendInfo, configured: int | None) -> int:
     return max(MIN_SUFFIX_TOKENS, min(MOST_SUFFIX_TOKENS, affordable))
 
 
+def gate_threshold(info: BackendInfo, configured: float | None) -> float:
+    """The confidence gate's threshold: `configured` where the user set one, else the model's measured one."""
+    return configured if configured is not None else info.first_line_gate
+
+
 def bounded_line_before(text: str, offset: int) -> str:
     """The cursor's line up to the cursor, bounded: a 2 MB minified line keeps its indentation and the last
     MAX_LINE_BEFORE characters, so the stop rules cost the same on any line."""
@@ -258,7 +265,7 @@ def build_completion_context(
         )
         if mode != "none"
         else None,
-        min_first_line_probability=settings.min_first_line_probability,
+        min_first_line_probability=gate_threshold(info, settings.min_first_line_probability),
     )
     style = indent_style_around(text, offset)
     if mode == "none":

@@ -33,7 +33,9 @@ CURSOR = "█"
 INFO = BackendInfo("fake", "target", None, SPECIAL_TOKENS, 4096, "cpu")
 
 
-def _context(marked: str, language: str = "python", **settings: object) -> CompletionContext:
+def _context(
+    marked: str, language: str = "python", info: BackendInfo = INFO, **settings: object
+) -> CompletionContext:
     offset = marked.index(CURSOR)
     store = DocumentStore()
     uri = f"file:///w/a.{'py' if language == 'python' else 'js'}"
@@ -42,7 +44,7 @@ def _context(marked: str, language: str = "python", **settings: object) -> Compl
         store,
         uri,
         offset,
-        INFO,
+        info,
         ContextSettings(**settings),  # type: ignore[arg-type]
         lambda text: len(text) // 3 + 1,
     )
@@ -219,3 +221,32 @@ def test_the_confidence_gate_drops_an_unsure_first_line_while_it_streams() -> No
     off.read_token_probs([0.9, 0.8, 0.1], [6, 8, 10])
     assert off("return r *") is None
     assert _context(IN_BODY, min_first_line_probability=0.3).stop_check("return r *") is None
+
+
+def test_the_gate_is_the_models_measured_threshold_unless_the_user_sets_one() -> None:
+    from dataclasses import replace
+
+    from engine.catalog import CATALOG
+
+    calibrated = replace(INFO, first_line_gate=0.3)  # what a pulled Qwen2.5-Coder model reports
+    assert ContextSettings().min_first_line_probability is None  # the model's, by default
+
+    def threshold(info: BackendInfo, **settings: object) -> float:
+        rules = _context(IN_BODY, info=info, **settings).stop_rules
+        assert rules is not None
+        return rules.min_first_line_probability
+
+    assert threshold(calibrated) == 0.3
+    assert threshold(INFO) == 0.0  # a model nobody calibrated is not gated
+    assert threshold(calibrated, min_first_line_probability=0.0) == 0.0  # the user turned it off
+    assert threshold(INFO, min_first_line_probability=0.6) == 0.6  # or chose another
+    gated = _context(IN_BODY, info=calibrated).stop_rules
+    assert isinstance(gated, SyntaxStopRules)
+    gated.read_token_probs([0.9, 0.8, 0.1], [6, 8, 10])
+    assert gated("return r *") == 0  # the default gate drops an unsure line
+    # Measured for the Qwen2.5-Coder models only: the bundled pair and SmolLM2 were never calibrated.
+    assert {name: entry.first_line_gate for name, entry in CATALOG.items()} == {
+        "smollm2-135m": 0.0,
+        "qwen2.5-coder-0.5b": 0.3,
+        "qwen2.5-coder-1.5b": 0.3,
+    }

@@ -313,6 +313,12 @@ def test_doctor_warns_with_the_numbers_when_the_loaded_model_does_not_fit() -> N
     assert both.detail == (
         "fits: ...; prompts hold up to 4096 tokens; a line start re-reads up to 384 tokens after the cursor"
     )
+    (gated,) = check_budget(
+        {"keystroke_budget": {"fits": True, "detail": "fits: ..."}, "first_line_gate": 0.3}
+    )
+    assert gated.detail == (
+        "fits: ...; a suggestion shows only where each token of its first line has probability 0.3 or more"
+    )
 
 
 def test_stats_say_which_model_runs_why_and_whether_it_fits() -> None:
@@ -337,6 +343,7 @@ def test_stats_say_which_model_runs_why_and_whether_it_fits() -> None:
     assert stats["model_choice"] == "because"
     assert stats["suffix_tokens"] == 65  # what 650 tokens/s reads in 0.1 s (`suffixTokens` null, the default)
     assert stats["prompt_tokens"] == 1536  # it reads 260 from scratch in the at-rest second: the floor
+    assert stats["first_line_gate"] == 0.0  # this model was never calibrated
     assert stats["keystroke_budget"]["fits"] is True and stats["keystroke_budget"]["detail"].startswith(
         "fits: "
     )

@@ -194,3 +194,16 @@ def test_dtype_rule(requested: str, device: str, params: int, cpu: str, expected
 def test_an_unknown_dtype_is_an_error() -> None:
     with pytest.raises(ModelLoadError, match="fp16"):
         choose_dtype("fp16", "cpu", None, (False, ""))
+
+
+def test_a_pulled_folder_carries_what_was_measured_for_its_model(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engine.service import pulled_catalog_entry
+
+    monkeypatch.setitem(CATALOG, NAME, dataclasses.replace(ENTRY, first_line_gate=0.4))
+    folder = fake_pulled(cache)
+    entry = pulled_catalog_entry(str(folder))  # named by its path, it is still the catalog model
+    assert entry is not None and (entry.prompt, entry.first_line_gate) == (ENTRY.prompt, 0.4)
+    assert pulled_catalog_entry(str(cache)) is None  # any other folder: nothing measured
+    assert pulled_catalog_entry(None) is None  # a hub id

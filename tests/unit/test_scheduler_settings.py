@@ -48,6 +48,10 @@ def test_camel_case_settings_reach_nested_fields() -> None:
     back, report = apply_settings({"suffixTokens": None, "contextTokens": None}, settings)
     assert not report.invalid and back.context.max_suffix_tokens is None  # null: the machine chooses again
     assert back.context.max_prompt_tokens is None
+    gate, report = apply_settings({"minFirstLineProbability": 0.5}, settings)
+    assert not report.invalid and gate.context.min_first_line_probability == 0.5
+    back, report = apply_settings({"minFirstLineProbability": None}, gate)
+    assert not report.invalid and back.context.min_first_line_probability is None  # the model's again
     _, report = apply_settings({"suffixTokens": "auto"}, settings)
     assert report.invalid  # null is the way to say it; a string is an error the user is told about
     assert settings.context.suppress_in_comments and not settings.context.suppress_in_strings

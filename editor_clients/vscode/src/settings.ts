@@ -36,7 +36,7 @@ export interface ServerSettings {
   contextTokens: number | null;
   suffixTokens: number | null;
   promptShape: string;
-  minFirstLineProbability: number;
+  minFirstLineProbability: number | null;
   importedFiles: boolean;
 }
 

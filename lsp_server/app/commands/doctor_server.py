@@ -56,6 +56,11 @@ def check_budget(stats: dict[str, Any]) -> list[Check]:
         detail += f"; prompts hold up to {prompt} tokens"
     if suffix:
         detail += f"; a line start re-reads up to {suffix} tokens after the cursor"
+    gate = stats.get("first_line_gate")
+    if gate:
+        detail += (
+            f"; a suggestion shows only where each token of its first line has probability {gate:g} or more"
+        )
     if budget["fits"]:
         return [Check("keystroke budget", "ok", detail)]
     fix = "a smaller model answers sooner: name one with --target (the `target` setting in an editor)"

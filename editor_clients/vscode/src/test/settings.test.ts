@@ -42,7 +42,7 @@ describe("settings -> initializationOptions", () => {
       contextTokens: null,
       suffixTokens: null,
       promptShape: "auto",
-      minFirstLineProbability: 0.0,
+      minFirstLineProbability: null,
       importedFiles: false,
     });
   });
