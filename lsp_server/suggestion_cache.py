@@ -1,5 +1,9 @@
 """Finished suggestions, kept by the text around the cursor they were made for.
 
+A generation that finished with nothing to show (the confidence gate or a stop rule dropped it) is kept too,
+as an empty suggestion found only at its own cursor: asking there again (a resting cursor, a prefetch or
+warm-up planned there) gets the same nothing at once instead of a second generation.
+
 Backspace, undo, or coming back to a spot finds the suggestion made there and shows it again without a model
 call; typing that agrees with a cached suggestion is answered with the rest of it (the scheduler's typed-ahead
 does this for the running generation, the cache for finished ones). The key is the text just before and just
@@ -67,8 +71,6 @@ class SuggestionCache:
         *,
         prefetched: bool = False,
     ) -> None:
-        if not suggestion:
-            return
         key = context_key(uri, text, offset)
         self._entries[key] = CachedSuggestion(suggestion, generation_id, prefetched)
         self._entries.move_to_end(key)
@@ -84,7 +86,8 @@ class SuggestionCache:
             if entry is None:
                 continue
             typed = text[offset - back : offset]
-            if entry.text.startswith(typed) and len(entry.text) > len(typed):
+            nothing_here = not entry.text and not back  # the model had nothing sure to say at this cursor
+            if nothing_here or (entry.text.startswith(typed) and len(entry.text) > len(typed)):
                 self._entries.move_to_end(context_key(uri, text, offset - back, suffix))
                 return CacheHit(entry, typed)
         return None

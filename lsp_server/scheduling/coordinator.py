@@ -231,6 +231,8 @@ class Scheduler:
                 return EmptyReason.SUPERSEDED  # a newer edit arrived while we waited; its request owns it
 
         served = answers.serve_finished(self._suggestions.find(uri, text, offset), found)
+        if served is not None and not served.text:
+            return EmptyReason.GENERATED_NOTHING  # a finished generation here had nothing sure to say
         if served is not None:
             self.stats.record_served(
                 typed_ahead=served.source is Source.TYPED_AHEAD,
@@ -279,7 +281,8 @@ class Scheduler:
     def _generation_ended(self, generation: Generation) -> None:
         """What follows a generation's end: a finished suggestion is kept, and the next one prefetched while
         it is on screen; one answered in part is announced whole."""
-        if not generation.failed:
+        finished_empty = generation.end_reason == EmptyReason.GENERATED_NOTHING
+        if not generation.failed and (generation.text or finished_empty):
             prefetched = bool(generation.assumed_accepted)
             self._suggestions.put(
                 generation.uri, generation.doc_text, generation.anchor, generation.text, generation.id,

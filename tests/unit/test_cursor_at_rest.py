@@ -74,3 +74,19 @@ async def test_the_request_after_a_pause_is_served_by_the_generation_the_resting
     assert started == 1
     assert await harness.answer(URI) == "name):\n    return 'hello ' + name\n"
     assert harness.scheduler.stats.generations == started  # no second model call
+
+
+async def test_a_resting_cursor_with_nothing_sure_to_say_answers_at_once_without_a_second_call(
+    make_harness,  # type: ignore[no-untyped-def]  # noqa: F811
+) -> None:
+    harness = await make_harness([("something else", "x")], token_delay_s=0.01, warm=True)  # nothing here
+    harness.open(URI, TEXT)
+    harness.scheduler.cursor_moved(URI, *harness.end(URI))
+    await asyncio.sleep(0.5)  # the user pauses; the generation at rest finds nothing to show
+    started = harness.scheduler.stats.generations
+    assert started == 1
+    assert await harness.answer(URI) == ""
+    assert harness.scheduler.stats.generations == started  # the same nothing, without asking the model again
+    harness.type(URI, "n")
+    await harness.answer(URI)
+    assert harness.scheduler.stats.generations == started + 1  # a new cursor is asked about again

@@ -65,5 +65,16 @@ def test_the_least_recently_used_entry_goes_first_and_forget_drops_a_document() 
     assert cache.find(URI, "b = ", 4) is None and cache.find(URI, "a = ", 4) is not None
     cache.forget(URI)
     assert len(cache) == 1 and cache.find("file:///b.py", "c = ", 4) is not None
-    cache.put(URI, "d = ", 4, "", 4)  # an empty suggestion is not kept
-    assert len(cache) == 1
+
+
+def test_nothing_to_show_is_kept_for_its_own_cursor_only() -> None:
+    cache = SuggestionCache()
+    cache.put(URI, "d = ", 4, "", 4)  # the gate dropped what the model wrote here
+    hit = cache.find(URI, "d = ", 4)
+    assert hit is not None and (hit.typed, hit.remainder) == ("", "")
+    assert cache.find(URI, "d = 1", 5) is None  # typing on asks the model again
+    cache.put(URI, "e = ", 4, "val", 5)
+    cache.put(URI, "e = v", 5, "", 6)  # nothing sure after the "v", but the earlier suggestion still fits
+    found = cache.find(URI, "e = v", 5)
+    assert found is not None and (found.typed, found.remainder) == ("", "")  # the nearest one wins
+    assert cache.find(URI, "e = va", 6) is not None and cache.find(URI, "e = va", 6).remainder == "l"
