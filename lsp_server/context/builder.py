@@ -103,7 +103,7 @@ def healed_fragment(prefix: str) -> str:
 
 # The prompt's full size, unless `contextTokens` names a number: DEFAULT_PROMPT_TOKENS, or more where the
 # machine reads more from scratch and still writes a first line within AT_REST_SUGGESTION_S, up to
-# MOST_PROMPT_TOKENS. The CPUs measured read 250-400 tokens in that time, so they keep 1,536 (a request cuts
+# MOST_PROMPT_TOKENS. The CPUs measured read 230-300 tokens in that time, so they keep 1,536 (a request cuts
 # it and the full prompt is read aside, `lsp_server.scheduling.budget`); a GPU reads thousands. On 79 line
 # starts of openai-agents-python the 1.5B wrote the exact next line at 53% with 4,096 tokens, 49% with 1,536
 # (both with a 384-token suffix), and the 0.5B at 39% against 37% (docs/line-starts.md).
