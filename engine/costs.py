@@ -85,6 +85,12 @@ FIRST_LINE_TOKENS = 12  # tokens of a typical first line of code, generated afte
 MIN_PROMPT_TOKENS = 128  # below this the model sees too little of the file to be right
 
 
+def readable_prompt_tokens(prompt_tokens_per_s: float, step_s: float, seconds: float) -> int:
+    """Prompt tokens read from scratch within `seconds` that still leave time to write a first line of
+    FIRST_LINE_TOKENS at `step_s` a token."""
+    return int(prompt_tokens_per_s * max(0.0, seconds - FIRST_LINE_TOKENS * step_s))
+
+
 def first_line_seconds(
     step_s: float, prompt_tokens_per_s: float, speedup: float = 1.0
 ) -> tuple[float, float]:

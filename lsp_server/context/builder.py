@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from engine.api import BackendInfo, StopCheck
-from engine.costs import AT_REST_SUGGESTION_S, FIRST_LINE_TOKENS
+from engine.costs import AT_REST_SUGGESTION_S, readable_prompt_tokens
 from engine.words import ascii_word, is_word_char, word_start
 from lsp_server.context.fim import (
     BLOCK_LINES,
@@ -120,8 +120,7 @@ def full_prompt_tokens(info: BackendInfo, configured: int | None) -> int:
         return configured
     if info.prompt_tokens_per_s <= 0:
         return DEFAULT_PROMPT_TOKENS
-    reading_s = max(0.0, AT_REST_SUGGESTION_S - FIRST_LINE_TOKENS * info.step_s)
-    affordable = int(info.prompt_tokens_per_s * reading_s)
+    affordable = readable_prompt_tokens(info.prompt_tokens_per_s, info.step_s, AT_REST_SUGGESTION_S)
     return max(DEFAULT_PROMPT_TOKENS, min(MOST_PROMPT_TOKENS, affordable))
 
 

@@ -17,7 +17,7 @@ from engine.costs import AT_REST_SUGGESTION_S as AT_REST_SUGGESTION_S
 from engine.costs import FIRST_LINE_TOKENS as FIRST_LINE_TOKENS
 from engine.costs import FIRST_SUGGESTION_S as FIRST_SUGGESTION_S
 from engine.costs import MIN_PROMPT_TOKENS as MIN_PROMPT_TOKENS
-from engine.costs import first_line_seconds
+from engine.costs import first_line_seconds, readable_prompt_tokens
 
 
 def reading_s(uncached_tokens: int, info: BackendInfo) -> float | None:
@@ -32,8 +32,7 @@ def affordable_prompt_tokens(info: BackendInfo, configured: int, seconds: float 
     within the configured budget and never below MIN_PROMPT_TOKENS (or the configured budget, if smaller)."""
     if info.prompt_tokens_per_s <= 0:
         return configured
-    left_for_reading = seconds - FIRST_LINE_TOKENS * info.step_s
-    affordable = int(info.prompt_tokens_per_s * max(0.0, left_for_reading))
+    affordable = readable_prompt_tokens(info.prompt_tokens_per_s, info.step_s, seconds)
     return max(min(configured, MIN_PROMPT_TOKENS), min(configured, affordable))
 
 

@@ -3,9 +3,12 @@ key, table-tested without threads, and the prompt's start survives the worker's 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from engine.api import BackendInfo
+from lsp_server.context import CompletionContext, ContextSettings, build_completion_context
 from lsp_server.context.builder import (
     DEFAULT_PROMPT_TOKENS,
     MIN_SUFFIX_TOKENS,
@@ -14,6 +17,7 @@ from lsp_server.context.builder import (
     affordable_suffix_tokens,
     full_prompt_tokens,
 )
+from lsp_server.documents import DocumentStore
 from lsp_server.scheduling.budget import (
     FIRST_LINE_TOKENS,
     MIN_PROMPT_TOKENS,
@@ -98,8 +102,6 @@ def test_a_model_whose_first_line_fits_says_so_with_the_numbers() -> None:
 
 
 def test_speculation_is_credited_only_for_a_draft_model_and_only_conservatively() -> None:
-    from dataclasses import replace
-
     from lsp_server.scheduling.budget import first_line_fit
 
     slow = info(420, 0.15)  # 0.30 s to read the smallest prompt, 1.80 s to write a plain first line
@@ -140,28 +142,28 @@ def test_the_suffix_is_what_a_line_start_rereads_in_time_unless_the_user_says(
     assert affordable_suffix_tokens(backend, configured) == expected
 
 
-def test_the_context_builder_gives_the_prompt_the_machines_suffix_or_the_users() -> None:
-    from dataclasses import replace
-
-    from lsp_server.context import ContextSettings, build_completion_context
-    from lsp_server.documents import DocumentStore
-
-    text = "".join(f"value_{n} = {n}\n" for n in range(400))  # 1 token a word, 3 a line
-    cursor = text.index("value_200 =")
+def built_with_qwen_tokens(
+    backend: BackendInfo, settings: ContextSettings, lines: int, cursor_line: int
+) -> CompletionContext:
+    """The server's context for a file of `lines` lines `value_N = N` (3 tokens a line, 1 a word) at the start of
+    line `cursor_line`, built for a model with Qwen's fill-in-the-middle tokens."""
+    text = "".join(f"value_{n} = {n}\n" for n in range(lines))
+    store = DocumentStore()
+    store.open("file:///w/values.py", "python", 1, text)
     qwen = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>")
+    return build_completion_context(
+        store,
+        "file:///w/values.py",
+        text.index(f"value_{cursor_line} ="),
+        replace(backend, special_tokens=qwen),
+        settings,
+        lambda part: len(part.split()),
+    )
 
+
+def test_the_context_builder_gives_the_prompt_the_machines_suffix_or_the_users() -> None:
     def suffix_tokens(backend: BackendInfo, settings: ContextSettings) -> int:
-        store = DocumentStore()
-        store.open("file:///w/values.py", "python", 1, text)
-        ctx = build_completion_context(
-            store,
-            "file:///w/values.py",
-            cursor,
-            replace(backend, special_tokens=qwen),
-            settings,
-            lambda part: len(part.split()),
-        )
-        return len(ctx.suffix.split())
+        return len(built_with_qwen_tokens(backend, settings, 400, 200).suffix.split())
 
     assert ContextSettings().max_suffix_tokens is None  # the machine's, by default
     # Trimmed at 8-line blocks of 3 tokens a line: within one block of the share.
@@ -190,27 +192,8 @@ def test_the_full_prompt_is_what_the_machine_reads_at_rest_unless_the_user_says(
 
 
 def test_the_context_builder_fills_the_machines_prompt_or_the_users() -> None:
-    from dataclasses import replace
-
-    from lsp_server.context import ContextSettings, build_completion_context
-    from lsp_server.documents import DocumentStore
-
-    text = "".join(f"value_{n} = {n}\n" for n in range(3000))  # 3 tokens a line, 9,000 in all
-    cursor = text.index("value_2000 =")
-    qwen = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>")
-
-    def prompt_tokens(backend: BackendInfo, settings: ContextSettings) -> int:
-        store = DocumentStore()
-        store.open("file:///w/values.py", "python", 1, text)
-        ctx = build_completion_context(
-            store,
-            "file:///w/values.py",
-            cursor,
-            replace(backend, special_tokens=qwen),
-            settings,
-            lambda part: len(part.split()),
-        )
-        return len(ctx.prompt.split())
+    def prompt_tokens(backend: BackendInfo, settings: ContextSettings) -> int:  # of a 9,000-token file
+        return len(built_with_qwen_tokens(backend, settings, 3000, 2000).prompt.split())
 
     assert ContextSettings().max_prompt_tokens is None  # the machine's, by default
 
