@@ -73,8 +73,9 @@ class LinesConfig:
     # Stop each suggestion at its first line (maxLines 1): exact next line and the gate read only that line, and
     # it is the same line the full suggestion starts with; "non-empty" and "indented right" then see only it.
     first_line_only: bool = False
-    # Read what each --folder file imports from disk, the folder's parent taken as the workspace folder the
-    # client names (`context.workspace`); off, only the file itself is open (an editor with one tab).
+    # Each --folder's parent is the workspace folder a client names (`context.workspace`): the server reads
+    # where the project defines the names at a line among the imports from there. This also reads what each
+    # file imports (the `importedFiles` setting); off, of the project only the file itself is open.
     imported_files: bool = False
     # Server settings by their names (`contextTokens`, `suffixTokens`), applied as a client's are; empty: the
     # server's defaults.
@@ -245,7 +246,7 @@ def score_model(
     )
     markers = marker_texts(info.special_tokens)
     outcomes: list[Outcome] = []
-    roots = sorted({folder.resolve().parent for folder in config.folders}) if config.imported_files else []
+    roots = sorted({folder.resolve().parent for folder in config.folders})
     workspace = WorkspaceFiles(roots) if roots else None
     for position in positions:
         relative = position.name.rsplit(":", 1)[0]
@@ -439,8 +440,10 @@ def describe_code(config: LinesConfig) -> str:
     )
     if config.stdlib:
         parts.append("held-out standard-library files (pretrained models saw the standard library)")
+    if config.folders:
+        parts.append("each folder's parent as the client's workspace folder")
     if config.imported_files:
-        parts.append("each file's imports read from its project on disk, as from a workspace folder")
+        parts.append("each file's imports read from its project on disk")
     return "; ".join(parts)
 
 
@@ -647,6 +650,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "as the server does for a client's workspace",
     )
     parser.add_argument(
+        "--no-import-definitions",
+        action="store_true",
+        help="leave the workspace's definitions out of the prompt at lines among the imports (the server's "
+        "importDefinitions false)",
+    )
+    parser.add_argument(
         "--context-tokens",
         type=positive,
         help="the prompt budget (the server's contextTokens; default: what this machine reads in time, as the "
@@ -673,7 +682,12 @@ def command(args: argparse.Namespace) -> int:
     scoring = scoring_fields(args)
     if scoring is None:
         return 2
-    named = (("contextTokens", args.context_tokens), ("suffixTokens", args.suffix_tokens))
+    named = (
+        ("contextTokens", args.context_tokens),
+        ("suffixTokens", args.suffix_tokens),
+        ("importedFiles", True if args.imported_files else None),
+        ("importDefinitions", False if args.no_import_definitions else None),
+    )
     overrides = {name: value for name, value in named if value is not None}
     try:
         server_settings(overrides=overrides)  # the server's own checks, before any model loads

@@ -229,6 +229,7 @@ _FIELDS: dict[str, tuple[str, ValueType]] = {
     "promptShape": ("context.prompt_shape", _choice(PROMPT_SHAPES)),
     "minFirstLineProbability": ("context.min_first_line_probability", _optional_float_in(0.0, 1.0)),
     "importedFiles": ("context.imported_files", _bool),
+    "importDefinitions": ("context.import_definitions", _bool),
 }
 
 _FAKE_FIELDS: dict[str, tuple[str, ValueType]] = {

@@ -18,12 +18,15 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from tree_sitter import Parser, Point, Tree
 
 from lsp_server.languages import canonical_language, new_parser
 from lsp_server.positions import LineIndex, char_index, units, utf8_len
+
+if TYPE_CHECKING:
+    from lsp_server.context.fim import Snippet
 from lsp_server.positions import PositionError as PositionError  # raised here, caught by callers
 
 ENCODINGS = ("utf-8", "utf-16", "utf-32")
@@ -152,9 +155,12 @@ class Document:
 
 
 class ImportedFiles(Protocol):
-    """Where the files a document imports come from when they are not open (`context.workspace`)."""
+    """Where the files a document imports come from when they are not open, and where the workspace defines
+    the names it uses (`context.workspace`)."""
 
     def imported_documents(self, current: Document, open_uris: Sequence[str]) -> list[Document]: ...
+
+    def definition_snippets(self, current: Document, offset: int) -> tuple[str, list[Snippet]]: ...
 
 
 class DocumentStore:

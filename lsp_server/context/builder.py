@@ -9,10 +9,12 @@ from typing import TYPE_CHECKING
 from engine.api import BackendInfo, StopCheck
 from engine.costs import AT_REST_SUGGESTION_S, readable_prompt_tokens
 from engine.words import ascii_word, is_word_char, word_start
+from lsp_server.context.definitions import in_import_block
 from lsp_server.context.fim import (
     BLOCK_LINES,
     PREFIX_ONLY,
     FimTemplate,
+    Snippet,
     detect_fim_template,
     fit_prefix_suffix,
     marker_texts,
@@ -58,6 +60,9 @@ class ContextSettings:
     # (`context.workspace`). Off by default: on 80 line starts of this project's files they lowered the exact
     # next line (0.5B 22% -> 16%, 1.5B 34% -> 32%; bench/results/lines-*-imported-*).
     imported_files: bool = False
+    # At a line among a Python file's imports: the first line of each definition the workspace holds for a
+    # name the file uses but does not bind, and the file's own path (`context.definitions`).
+    import_definitions: bool = True
 
 
 @dataclass
@@ -288,29 +293,34 @@ def build_completion_context(
     others = store.all_documents()
     if settings.imported_files and store.workspace is not None:
         others += store.workspace.imported_documents(doc, [other.uri for other in others])
-    snippets = select_snippets(
+    path, definitions = (
+        _import_definitions(store, doc, offset, settings, snippet_budget, count_tokens)
+        if rules.literal is None
+        else (display_path(uri), [])
+    )
+    snippets = definitions + select_snippets(
         doc,
         offset,
         others,
         max_snippets=settings.max_snippets,
-        budget_tokens=snippet_budget,
+        budget_tokens=snippet_budget - sum(count_tokens(s.text) + 8 for s in definitions),
         count_tokens=count_tokens,
     )
+    name_file = bool(definitions)
     comment = spec.line_comment if spec else "#"
-    path = display_path(uri)
-    head = template.format("", "", snippets, comment, path)
+    head = template.format("", "", snippets, comment, path, name_file)
     file_budget = budget - (count_tokens(head) if head else 0)
     suffix_tokens = affordable_suffix_tokens(info, settings.max_suffix_tokens)
     prefix, suffix = _fit_file_text(doc, offset, file_budget, suffix_tokens, template, settings, count_tokens)
-    prompt = template.format(prefix, suffix, snippets, comment, path)
+    prompt = template.format(prefix, suffix, snippets, comment, path, name_file)
     # Block boundaries are estimated per block; trim a block more in the rare case the joins add tokens.
     while count_tokens(prompt) > budget and prefix:
         prefix = prefix[prefix.find("\n") + 1 :] if "\n" in prefix else ""
-        prompt = template.format(prefix, suffix, snippets, comment, path)
+        prompt = template.format(prefix, suffix, snippets, comment, path, name_file)
 
     fragment = healed_fragment(prefix) if info.token_healing and settings.token_healing else ""
     if fragment:
-        prompt = template.format(prefix[: -len(fragment)], suffix, snippets, comment, path)
+        prompt = template.format(prefix[: -len(fragment)], suffix, snippets, comment, path, name_file)
     return CompletionContext(
         prompt=prompt,
         prefix=prefix,
@@ -324,6 +334,32 @@ def build_completion_context(
         forced_prefix=fragment,
         indent_style=style,
     )
+
+
+def _import_definitions(
+    store: DocumentStore,
+    doc: Document,
+    offset: int,
+    settings: ContextSettings,
+    budget: int,
+    count_tokens: Callable[[str], int],
+) -> tuple[str, list[Snippet]]:
+    """(the file's path, the workspace's definitions of the names it uses) at a line among a Python file's
+    imports, the leading ones that fit in `budget` tokens (8 a snippet for its path line); else (the short
+    display path, [])."""
+    workspace = store.workspace
+    if not settings.import_definitions or workspace is None or doc.language != "python":
+        return display_path(doc.uri), []
+    if not in_import_block(doc.text, offset):
+        return display_path(doc.uri), []
+    path, found = workspace.definition_snippets(doc, offset)
+    kept, used = [], 0
+    for snippet in found:
+        used += count_tokens(snippet.text) + 8
+        if used > budget:
+            break
+        kept.append(snippet)
+    return (path, kept) if kept else (display_path(doc.uri), [])
 
 
 def _fit_file_text(

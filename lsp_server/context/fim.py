@@ -45,10 +45,20 @@ class FimTemplate:
     file_header: str = ""
 
     def format(
-        self, prefix: str, suffix: str, snippets: Sequence[Snippet] = (), comment: str = "#", path: str = ""
+        self,
+        prefix: str,
+        suffix: str,
+        snippets: Sequence[Snippet] = (),
+        comment: str = "#",
+        path: str = "",
+        name_file: bool = False,
     ) -> str:
-        """The full prompt: snippet blocks, then prefix and suffix in this family's order."""
+        """The full prompt: snippet blocks, then prefix and suffix in this family's order. `name_file`: the
+        current file's path after the snippets, as in the family's repository layout, so paths in the snippets
+        read relative to it (a relative import)."""
         context = "".join(self.format_snippet(snippet, comment) for snippet in snippets)
+        if name_file and path and self.file_sep is not None:
+            context += f"{self.file_sep}{path}\n"
         if self.order == "prefix-only":
             header = self.file_header.format(comment=comment, path=path) if path and self.file_header else ""
             return context + header + prefix

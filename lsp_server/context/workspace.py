@@ -9,6 +9,11 @@ user's project:
 - a file is read and parsed once, and again only when its size or modification time changes; where an
   import leads is looked up again after RESOLVE_TTL_S (files appear and vanish).
 Nothing is written, and nothing but these reads happens.
+
+At a line among a Python file's imports, the reader also says where the project defines the names the file
+uses but does not bind (`definition_snippets`): it indexes the top-level names of the .py files of the
+file's import root (the folder above its outermost package), at most MAX_INDEXED_FILES of them, re-listing
+the folder after RESOLVE_TTL_S.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from lsp_server.context.definitions import top_level_definitions, unbound_names, without_line_at
+from lsp_server.context.fim import Snippet
 from lsp_server.context.snippets import imports_of
 from lsp_server.documents import Document, new_document
 
@@ -26,6 +33,37 @@ MAX_FILE_BYTES = 256 * 1024
 MAX_FILES = 8
 MAX_CACHED_FILES = 128  # parsed files kept, oldest dropped first: memory stays flat in a long session
 RESOLVE_TTL_S = 30.0
+MAX_INDEXED_FILES = 2000
+MAX_DEFINITIONS = 12  # definition lines in the prompt, from at most this many modules too
+AMBIGUOUS_MODULES = 3  # a name defined in more modules than this (`logger`, `main`) says nothing
+_SKIPPED_FOLDERS = frozenset({"node_modules", "site-packages", "__pycache__", "venv", "build", "dist"})
+
+
+class ModuleIndex:
+    """The top-level names of the .py files under one import root, by name and by module."""
+
+    def __init__(self, root: Path, files: dict[Path, dict[str, str]]) -> None:
+        self.root = root
+        self.defined_in: dict[str, list[Path]] = {}
+        self.modules: dict[str, list[Path]] = {}  # a module's last dotted part -> its files
+        self.definitions = files
+        for path, names in files.items():
+            for name in names:
+                self.defined_in.setdefault(name, []).append(path)
+            module = path.parent.name if path.name == "__init__.py" else path.stem
+            self.modules.setdefault(module, []).append(path)
+
+
+def _nearest(paths: Sequence[Path], here: Path) -> Path:
+    """The path that shares the most folders with `here` (then the shortest)."""
+
+    def shared(path: Path) -> int:
+        return len([1 for a, b in zip(path.parts, here.parts, strict=False) if a == b])
+
+    # On a tie, a package's __init__.py: what a package exports is imported from the package.
+    return max(
+        paths, key=lambda path: (shared(path), -len(path.parts), path.name == "__init__.py", str(path))
+    )
 
 
 def path_of(uri: str) -> Path | None:
@@ -44,6 +82,8 @@ class WorkspaceFiles:
         self._lock = threading.Lock()
         self._files: dict[Path, tuple[tuple[int, int], Document]] = {}
         self._resolved: dict[tuple[tuple[str, ...], Path], tuple[float, Path | None]] = {}
+        self._indexes: dict[Path, tuple[float, ModuleIndex]] = {}
+        self._outlines: dict[Path, tuple[tuple[int, int], dict[str, str]]] = {}
 
     @classmethod
     def from_uris(cls, uris: Sequence[str]) -> WorkspaceFiles | None:
@@ -70,6 +110,86 @@ class WorkspaceFiles:
                 if len(found) == MAX_FILES:
                     break
         return found
+
+    def definition_snippets(self, current: Document, offset: int) -> tuple[str, list[Snippet]]:
+        """(the current file's path from its import root, snippets with the first line of each definition the
+        project holds for a name `current` uses but does not bind, or the module such a name is), in path
+        order; the line at `offset` is left out. ("", []) for a file outside the workspace folders."""
+        path_here = path_of(current.uri)
+        here = path_here.resolve() if path_here is not None else None
+        root = self._import_root(here) if here is not None else None
+        if here is None or root is None:
+            return "", []
+        index = self._index(root)
+        chosen: dict[Path, list[str]] = {}
+        count = 0
+        for name in unbound_names(without_line_at(current.text, offset)):
+            paths = [path for path in index.defined_in.get(name, []) if path != here]
+            line = None
+            if paths and len(paths) <= AMBIGUOUS_MODULES:
+                path = _nearest(paths, here)
+                line = index.definitions[path][name]
+            else:
+                paths = [path for path in index.modules.get(name, []) if path != here]
+                if not paths:
+                    continue
+                path = _nearest(paths, here)
+                first = next(iter(index.definitions[path].values()), None)
+                line = first if first is not None else ""
+            lines = chosen.setdefault(path, [])
+            if line not in lines:
+                lines.append(line)
+                count += 1
+            if count >= MAX_DEFINITIONS or len(chosen) >= MAX_DEFINITIONS:
+                break
+        snippets = [
+            Snippet(path.relative_to(root).as_posix(), "\n".join(line for line in lines if line))
+            for path, lines in sorted(chosen.items())
+        ]
+        return here.relative_to(root).as_posix(), snippets
+
+    def _import_root(self, here: Path) -> Path | None:
+        """The folder Python imports `here` from: above its outermost package, within a workspace folder."""
+        home = next((root for root in self.roots if here.is_relative_to(root)), None)
+        if home is None:
+            return None
+        folder = here.parent
+        while folder != home and (folder / "__init__.py").is_file():
+            folder = folder.parent
+        return folder
+
+    def _index(self, root: Path) -> ModuleIndex:
+        with self._lock:
+            cached = self._indexes.get(root)
+            now = time.monotonic()
+            if cached is not None and now - cached[0] < RESOLVE_TTL_S:
+                return cached[1]
+            files: dict[Path, dict[str, str]] = {}
+            for path in _python_files(root):
+                names = self._definitions(path)
+                if names is not None:
+                    files[path] = names
+            index = ModuleIndex(root, files)
+            self._indexes[root] = (now, index)
+            kept = {path for _, other in self._indexes.values() for path in other.definitions}
+            self._outlines = {path: entry for path, entry in self._outlines.items() if path in kept}
+            return index
+
+    def _definitions(self, path: Path) -> dict[str, str] | None:
+        try:
+            stat = path.stat()
+            if stat.st_size > MAX_FILE_BYTES:
+                return None
+            stamp = (stat.st_mtime_ns, stat.st_size)
+            cached = self._outlines.get(path)
+            if cached is not None and cached[0] == stamp:
+                return cached[1]
+            text = path.read_bytes().decode("utf-8", errors="replace")
+            names = top_level_definitions(text, reexports=path.name == "__init__.py")
+        except OSError:
+            return None
+        self._outlines[path] = (stamp, names)
+        return names
 
     def _resolve(self, suffixes: tuple[str, ...], folder: Path | None) -> Path | None:
         key = (suffixes, folder or Path())
@@ -116,3 +236,24 @@ class WorkspaceFiles:
         if len(self._files) > MAX_CACHED_FILES:
             del self._files[next(iter(self._files))]
         return document
+
+
+def _python_files(root: Path) -> list[Path]:
+    """The .py files under `root`, hidden and tool folders left out, at most MAX_INDEXED_FILES (nearest the
+    root first)."""
+    found: list[Path] = []
+    folders = [root]
+    while folders and len(found) < MAX_INDEXED_FILES:
+        folder = folders.pop(0)
+        try:
+            entries = sorted(folder.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.startswith(".") or entry.name in _SKIPPED_FOLDERS or entry.is_symlink():
+                continue
+            if entry.is_dir():
+                folders.append(entry)
+            elif entry.suffix == ".py" and len(found) < MAX_INDEXED_FILES:
+                found.append(entry)
+    return found

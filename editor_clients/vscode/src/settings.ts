@@ -38,6 +38,7 @@ export interface ServerSettings {
   promptShape: string;
   minFirstLineProbability: number | null;
   importedFiles: boolean;
+  importDefinitions: boolean;
 }
 
 type ServerKey = keyof ServerSettings;
@@ -77,6 +78,7 @@ export const SERVER_KEYS: readonly ServerKey[] = [
   "promptShape",
   "minFirstLineProbability",
   "importedFiles",
+  "importDefinitions",
 ];
 
 /** Changing one of these means the model (or the process) must be started again. */

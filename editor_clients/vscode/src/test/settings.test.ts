@@ -44,6 +44,7 @@ describe("settings -> initializationOptions", () => {
       promptShape: "auto",
       minFirstLineProbability: null,
       importedFiles: false,
+      importDefinitions: true,
     });
   });
 

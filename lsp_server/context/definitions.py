@@ -1,0 +1,146 @@
+"""The names a Python file uses but does not bind, and the top-level names a module defines: what the lines
+of a file's import block need and the model cannot know.
+
+An import line names a module of the project and what it defines (`from .openapi_spec_parser import
+RestApiTool`). Neither is in the file: the names it needs are used further down, mostly past the few tokens
+after the cursor a line start re-reads, and the modules are files the editor has not opened. Both models
+wrote the exact next line at 1 of 15 import lines of unseen code (docs/line-starts.md). These pure functions
+find the names; `context.workspace` finds where the project defines them.
+"""
+
+from __future__ import annotations
+
+import builtins
+import keyword
+import re
+
+# A name used in the file: not after a dot (an attribute), not a keyword argument; keywords and builtins are
+# left out later.
+_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?![\w]|[ \t]*=[^=])")
+_IMPORT_STATEMENT = re.compile(r"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+)?import[ \t]+(?:\([^)]*\)|[^\n]*)", re.M)
+_ALL = re.compile(r"^__all__[ \t]*(?::[^=\n]*)?\+?=[ \t]*[\[(]([^\])]*)[\])]", re.MULTILINE)
+_PROSE = re.compile(
+    r"(?P<triple>\"\"\"[\s\S]*?(?:\"\"\"|$)|'''[\s\S]*?(?:'''|$))"
+    r"|(?P<string>[rbuRBUfF]{0,2}\"[^\"\n\\]*(?:\\.[^\"\n\\]*)*\"|[rbuRBUfF]{0,2}'[^'\n\\]*(?:\\.[^'\n\\]*)*')"
+    r"|(?P<comment>#[^\n]*)"
+)
+_DEF = re.compile(r"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)", re.MULTILINE)
+_ASSIGNED = re.compile(r"^[ \t]*([A-Za-z_]\w*(?:[ \t]*,[ \t]*[A-Za-z_]\w*)*)[ \t]*(?::[^=\n]*)?=(?!=)", re.M)
+_AS = re.compile(r"\bas[ \t]+(\w+)")
+_FOR = re.compile(r"\bfor[ \t]+([\w, \t]+?)[ \t]+in\b")
+_FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]+(\([^)]*\)|[^\n#]+)", re.MULTILINE)
+_IMPORT = re.compile(r"^[ \t]*import[ \t]+([\w., \t]+)", re.MULTILINE)
+_PARAMETERS = re.compile(r"\bdef[ \t]+\w+[ \t]*\(([^)]*)\)", re.MULTILINE)
+_LAMBDA = re.compile(r"\blambda\b([^:]*):")
+_TOP_LEVEL = re.compile(
+    r"^(?:async[ \t]+)?(?:def|class)[ \t]+(?P<definition>\w+)|^(?P<assigned>[A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=)",
+    re.MULTILINE,
+)
+_TOP_LEVEL_FROM_IMPORT = re.compile(r"^from[ \t]+[\w.]+[ \t]+import[ \t]+(\([^)]*\)|[^\n#]+)", re.MULTILINE)
+_IMPORT_LINE = re.compile(r"^(?:from[ \t]+[\w.]+[ \t]+import\b|import[ \t]+\w)")
+_KNOWN = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | frozenset(dir(builtins))
+HEAD_CHARS = 120  # of a definition's first line: a signature, not a body
+
+
+def code_only(text: str) -> str:
+    """`text` with comments and string literals blanked (line breaks kept)."""
+    return _PROSE.sub(lambda match: re.sub(r"[^\n]", " ", match.group(0)), text)
+
+
+def bound_names(code: str) -> set[str]:
+    """Names the file binds itself: definitions, assignments, imports, loop and `as` targets, parameters."""
+    bound = set(_DEF.findall(code)) | set(_AS.findall(code))
+    for group in _ASSIGNED.findall(code) + _FOR.findall(code):
+        bound.update(part.strip() for part in group.split(","))
+    for names in _FROM_IMPORT.findall(code):
+        for part in names.strip("()").replace("\n", ",").split(","):
+            words = part.split()
+            if words:
+                bound.add(words[-1])
+    for modules in _IMPORT.findall(code):
+        for part in modules.split(","):
+            words = part.split()
+            if words:
+                bound.add(words[-1].split(".")[0])
+    for parameters in _PARAMETERS.findall(code) + _LAMBDA.findall(code):
+        for part in parameters.split(","):
+            name = part.split(":")[0].split("=")[0].strip().lstrip("*")
+            if name:
+                bound.add(name)
+    return bound
+
+
+def unbound_names(text: str) -> list[str]:
+    """The names `text` uses but neither binds nor gets from the language, in order of first use, then those
+    its `__all__` lists (a package's `__init__.py` exports what it imports)."""
+    code = code_only(text)
+    bound = bound_names(code)
+    code_without_imports = _IMPORT_STATEMENT.sub(" ", code)  # module paths are not names the file uses
+    used = [
+        m.group(0) for m in _NAME.finditer(code_without_imports) if _names_something(m, code_without_imports)
+    ]
+    for listed in _ALL.findall(text):
+        used += re.findall(r"[\"']([A-Za-z_]\w*)[\"']", listed)
+    seen: dict[str, None] = {}
+    for name in used:
+        if name not in bound and name not in _KNOWN and not name.startswith("__"):
+            seen.setdefault(name, None)
+    return list(seen)
+
+
+def _names_something(match: re.Match[str], code: str) -> bool:
+    """Whether a name is likely code rather than a word of prose the blanking missed (an unclosed docstring
+    while the user types): spelled like a class, constant or function, or called, indexed or dotted into."""
+    name = match.group(0)
+    if "_" in name or not name.islower():
+        return True
+    after = code[match.end() : match.end() + 2]
+    return after[:1] in ("(", "[") or (after[:1] == "." and after[1:2].isidentifier())
+
+
+def top_level_definitions(text: str, reexports: bool = False) -> dict[str, str]:
+    """Each name a module defines at its top level (def, class, assignment) -> the first line that defines it,
+    cut to HEAD_CHARS. `reexports` (a package's `__init__.py`): the names its imports bring in too, which is
+    how a package exports them."""
+    found: dict[str, str] = {}
+    for match in _TOP_LEVEL.finditer(text):
+        name = match.group("definition") or match.group("assigned")
+        if name and name not in found:
+            found[name] = _line_at(text, match.start())
+    if reexports:
+        for match in _TOP_LEVEL_FROM_IMPORT.finditer(text):
+            for part in match.group(1).strip("()").replace("\n", ",").split(","):
+                words = part.split("#")[0].split()
+                if words and words[-1].isidentifier() and words[-1] not in found:
+                    found[words[-1]] = _line_at(text, match.start())
+    return found
+
+
+def _line_at(text: str, start: int) -> str:
+    end = text.find("\n", start)
+    return text[start : end if end != -1 else len(text)][:HEAD_CHARS].rstrip()
+
+
+def without_line_at(text: str, offset: int) -> str:
+    """`text` without the line that holds `offset`: what the user is typing there must not change which
+    definitions the prompt holds (its head would no longer be cached)."""
+    line_start = text.rfind("\n", 0, offset) + 1
+    line_end = text.find("\n", offset)
+    return text[:line_start] + (text[line_end + 1 :] if line_end != -1 else "")
+
+
+def in_import_block(text: str, offset: int) -> bool:
+    """Whether the cursor starts a line, or types an import, among the file's imports: the nearest code line
+    above or below is an import at column 0, or nothing but comments and a docstring comes before it."""
+    line_start = text.rfind("\n", 0, offset) + 1
+    typed = text[line_start:offset].lstrip()
+    if typed and not any(typed.startswith(word) or word.startswith(typed) for word in ("from ", "import ")):
+        return False
+    above = code_only(text[:line_start]).split("\n")
+    below_end = text.find("\n", offset)
+    below = code_only(text[below_end + 1 :]).split("\n")[:40] if below_end != -1 else []
+    nearest_above = next((line for line in reversed(above) if line.strip()), None)
+    nearest_below = next((line for line in below if line.strip()), None)
+    if nearest_above is None:
+        return True
+    return any(line is not None and _IMPORT_LINE.match(line) for line in (nearest_above, nearest_below))

@@ -1,0 +1,181 @@
+"""At a line among a Python file's imports, the prompt names where the workspace defines what the file uses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.api import BackendInfo
+from lsp_server.context import build_completion_context
+from lsp_server.context.builder import ContextSettings
+from lsp_server.context.definitions import (
+    in_import_block,
+    top_level_definitions,
+    unbound_names,
+    without_line_at,
+)
+from lsp_server.context.workspace import AMBIGUOUS_MODULES, WorkspaceFiles
+from lsp_server.documents import DocumentStore, new_document
+
+QWEN_TOKENS = (
+    "<|endoftext|>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|file_sep|>",
+)
+QWEN = BackendInfo("fake", "t", None, QWEN_TOKENS, 32768, "cpu")
+HEADER = "# Copyright 2025\n\n"
+USES = '\n\n\ndef run(rows):\n    """Scale the rows."""\n    return scale_rows(rows, DEFAULT_FACTOR)\n'
+
+
+def _count(text: str) -> int:
+    return len(text) // 4 + 1
+
+
+def _project(root: Path, main: str) -> Path:
+    """pkg/ with a module defining scale_rows and DEFAULT_FACTOR, re-exported by the package, and `main`."""
+    (root / "pkg" / "matrices").mkdir(parents=True)
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "matrices" / "__init__.py").write_text(
+        "from .scaling import DEFAULT_FACTOR, scale_rows\n"
+    )
+    (root / "pkg" / "matrices" / "scaling.py").write_text(
+        "import os\n\nDEFAULT_FACTOR = 2\n\n\ndef scale_rows(matrix, factor):\n    return matrix\n"
+    )
+    path = root / "pkg" / "main.py"
+    path.write_text(main)
+    return path
+
+
+def _context(path: Path, root: Path | None, offset: int, settings: ContextSettings | None = None):  # type: ignore[no-untyped-def]
+    store = DocumentStore()
+    store.workspace = WorkspaceFiles([root]) if root is not None else None
+    store.open(path.as_uri(), "python", 1, path.read_text())
+    return build_completion_context(store, path.as_uri(), offset, QWEN, settings or ContextSettings(), _count)
+
+
+def test_the_names_a_file_uses_but_does_not_bind() -> None:
+    text = (
+        "from .tools import helper as aid\nimport os.path\n\n"
+        "__all__ = ['Exported', \"helper_two\"]\n\n"
+        "LIMIT = 3\n\n"
+        "def run(rows, *, factor=2):\n"
+        '    """Run the Pipeline over rows (a docstring names no code)."""\n'
+        "    # a Comment names none either\n"
+        "    for row in rows:\n"
+        "        Pipeline(row, retries=LIMIT).start(aid(row), os.sep, factor)\n"
+        "    return make_report(len(rows))\n"
+    )
+    names = unbound_names(text)
+    assert names == ["Pipeline", "make_report", "Exported", "helper_two"]
+    # keyword arguments, module paths, parameters, loop targets, builtins, aliases and attributes are not names
+    # the file needs from elsewhere
+    assert not {"retries", "tools", "path", "rows", "row", "factor", "len", "aid", "start", "sep"} & set(
+        names
+    )
+
+
+def test_prose_the_blanking_missed_is_not_taken_for_names() -> None:
+    # Lines of an unclosed docstring the blanking took for code (the user is typing it): plain lowercase words
+    # are prose unless called or dotted into.
+    text = "The service runs\nthe model and its pull record.\nreturn catalog.find(Path(name))\n"
+    names = unbound_names(text)
+    assert "catalog" in names and "Path" in names
+    assert not {"service", "runs", "model", "pull", "record", "name"} & set(names)
+
+
+def test_top_level_definitions_and_what_a_package_reexports() -> None:
+    module = "import os\n\nLIMIT: int = 3\n\n\nclass Table(Base):\n    size = 1\n\n    def rows(self):\n        pass\n\n\nasync def fetch(url):\n    pass\n"
+    assert top_level_definitions(module) == {
+        "LIMIT": "LIMIT: int = 3",
+        "Table": "class Table(Base):",
+        "fetch": "async def fetch(url):",
+    }
+    package = "from .tables import Table\nfrom .io import (\n    fetch,\n    store,  # writes\n)\n"
+    assert top_level_definitions(package) == {}
+    assert set(top_level_definitions(package, reexports=True)) == {"Table", "fetch", "store"}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (HEADER + "import os\n|\nfrom typing import Any\n", True),  # a line start between imports
+        (HEADER + "|\nimport os\n", True),  # above the first import
+        ('"""Docstring."""\n|', True),  # nothing but a docstring above
+        ("|", True),  # an empty file
+        (HEADER + "import os\nfrom .io import |\n\n\ndef f():\n    pass\n", True),  # typing an import
+        (HEADER + "import os\nfr|\n", True),
+        (HEADER + "import os\n\nresult = |\n", False),  # typing code after the imports
+        ("import os\n\n\ndef f():\n    x = 1\n    |\n    return x\n", False),  # a function's body
+    ],
+)
+def test_a_line_among_the_imports(text: str, expected: bool) -> None:
+    assert in_import_block(text.replace("|", ""), text.index("|")) is expected
+
+
+def test_the_workspace_says_where_the_names_are_defined(tmp_path: Path) -> None:
+    main = _project(tmp_path, HEADER + "import os\n\n" + USES)
+    (tmp_path / "outside.py").write_text("def scale_rows():\n    pass\n")  # the import root is tmp_path
+    offset = len(HEADER + "import os\n")
+    workspace = WorkspaceFiles([tmp_path])
+    path, snippets = workspace.definition_snippets(
+        new_document(main.as_uri(), "python", 1, main.read_text()), offset
+    )
+    assert path == "pkg/main.py"
+    # The package's __init__ re-exports both: what a package exports is imported from the package.
+    assert [(s.path, s.text) for s in snippets] == [
+        ("pkg/matrices/__init__.py", "from .scaling import DEFAULT_FACTOR, scale_rows")
+    ]
+    elsewhere = WorkspaceFiles([tmp_path / "pkg" / "matrices"])  # the file lies outside this workspace
+    assert elsewhere.definition_snippets(new_document(main.as_uri(), "python", 1, ""), 0) == ("", [])
+
+
+def test_a_name_many_modules_define_says_nothing(tmp_path: Path) -> None:
+    main = _project(tmp_path, HEADER + "\n\nlogger.info(scale_rows)\n")
+    for n in range(AMBIGUOUS_MODULES + 1):
+        (tmp_path / "pkg" / f"part{n}.py").write_text("logger = object()\n")
+    document = new_document(main.as_uri(), "python", 1, main.read_text())
+    _, snippets = WorkspaceFiles([tmp_path]).definition_snippets(document, len(HEADER))
+    assert "logger" not in "".join(s.text for s in snippets)
+    assert "scale_rows" in "".join(s.text for s in snippets)
+
+
+def test_the_prompt_names_the_file_and_the_definitions_at_an_import_line(tmp_path: Path) -> None:
+    main = _project(tmp_path, HEADER + "import os\n\n" + USES)
+    ctx = _context(main, tmp_path, len(HEADER + "import os\n"))
+    head = "<|file_sep|>pkg/matrices/__init__.py\nfrom .scaling import DEFAULT_FACTOR, scale_rows\n"
+    assert ctx.prompt.startswith(head + "<|file_sep|>pkg/main.py\n<|fim_prefix|>" + HEADER)
+
+
+def test_no_definitions_in_code_without_a_workspace_or_with_the_setting_off(tmp_path: Path) -> None:
+    main = _project(tmp_path, HEADER + "import os\n\n" + USES)
+    in_body = main.read_text().index("    return")
+    at_import = len(HEADER + "import os\n")
+    for ctx in (
+        _context(main, tmp_path, in_body),
+        _context(main, None, at_import),
+        _context(main, tmp_path, at_import, ContextSettings(import_definitions=False)),
+    ):
+        assert "scale_rows(matrix" not in ctx.prompt and "<|file_sep|>" not in ctx.prompt
+        assert ctx.prompt.startswith("<|fim_prefix|>")
+
+
+def test_typing_the_import_keeps_the_prompts_head(tmp_path: Path) -> None:
+    # The line being typed binds the name it imports; the definitions it had come from stay in the prompt
+    # until the line is left, so the prompt's start (the cached part) does not change under the user's keys.
+    start = HEADER + "import os\n"
+    main = _project(tmp_path, start + "\n" + USES)
+    heads = []
+    for typed in ("from pkg.", "from pkg.matrices import ", "from pkg.matrices import scale_rows"):
+        main.write_text(start + typed + "\n" + USES)
+        ctx = _context(main, tmp_path, len(start + typed))
+        heads.append(ctx.prompt[: ctx.prompt.index("<|fim_prefix|>")])
+    assert heads[0] == heads[1] == heads[2] and "scale_rows" in heads[0]
+
+
+def test_the_line_at_the_cursor_is_left_out() -> None:
+    assert without_line_at("a\nbc\nd", 3) == "a\nd"
+    assert without_line_at("a\nbc", 4) == "a\n"
