@@ -26,6 +26,7 @@ _PROSE = re.compile(
 )
 _DEF = re.compile(r"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)", re.MULTILINE)
 _ASSIGNED = re.compile(r"^[ \t]*([A-Za-z_]\w*(?:[ \t]*,[ \t]*[A-Za-z_]\w*)*)[ \t]*(?::[^=\n]*)?=(?!=)", re.M)
+_ANNOTATED = re.compile(r"^[ \t]*([A-Za-z_]\w*)[ \t]*:(?!=)[ \t]*[^\s=][^=\n]*$", re.MULTILINE)  # `name: str`
 _AS = re.compile(r"\bas[ \t]+(\w+)")
 _FOR = re.compile(r"\bfor[ \t]+([\w, \t]+?)[ \t]+in\b")
 _FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]+(\([^)]*\)|[^\n#]+)", re.MULTILINE)
@@ -49,7 +50,7 @@ def code_only(text: str) -> str:
 
 def bound_names(code: str) -> set[str]:
     """Names the file binds itself: definitions, assignments, imports, loop and `as` targets, parameters."""
-    bound = set(_DEF.findall(code)) | set(_AS.findall(code))
+    bound = set(_DEF.findall(code)) | set(_AS.findall(code)) | set(_ANNOTATED.findall(code))
     for group in _ASSIGNED.findall(code) + _FOR.findall(code):
         bound.update(part.strip() for part in group.split(","))
     for names in _FROM_IMPORT.findall(code):

@@ -18,6 +18,7 @@ the folder after RESOLVE_TTL_S.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -34,8 +35,10 @@ MAX_FILES = 8
 MAX_CACHED_FILES = 128  # parsed files kept, oldest dropped first: memory stays flat in a long session
 RESOLVE_TTL_S = 30.0
 MAX_INDEXED_FILES = 2000
+MAX_LISTED_ENTRIES = 20000
 MAX_DEFINITIONS = 12  # definition lines in the prompt, from at most this many modules too
 AMBIGUOUS_MODULES = 3  # a name defined in more modules than this (`logger`, `main`) says nothing
+_FROM = re.compile(r"from[ \t]+(\.*)([\w.]*)[ \t]+import\b")
 _SKIPPED_FOLDERS = frozenset({"node_modules", "site-packages", "__pycache__", "venv", "build", "dist"})
 
 
@@ -124,7 +127,11 @@ class WorkspaceFiles:
         chosen: dict[Path, list[str]] = {}
         count = 0
         for name in unbound_names(without_line_at(current.text, offset)):
-            paths = [path for path in index.defined_in.get(name, []) if path != here]
+            paths = [
+                path
+                for path in index.defined_in.get(name, [])
+                if path != here and not _imports_from(index.definitions[path][name], path, here, root)
+            ]
             line = None
             if paths and len(paths) <= AMBIGUOUS_MODULES:
                 path = _nearest(paths, here)
@@ -238,17 +245,33 @@ class WorkspaceFiles:
         return document
 
 
+def _imports_from(line: str, importer: Path, module: Path, root: Path) -> bool:
+    """Whether `line` of file `importer` (a package re-exporting a name) imports from `module`: it then says
+    only that the file being written defines the name, not where to import it from."""
+    match = _FROM.match(line)
+    if match is None:
+        return False
+    dots, dotted = match.groups()
+    base = importer.parent
+    for _ in range(len(dots) - 1):
+        base = base.parent
+    target = (base if dots else root).joinpath(*dotted.split(".")) if dotted else base
+    return module in (target.with_suffix(".py"), target / "__init__.py")
+
+
 def _python_files(root: Path) -> list[Path]:
     """The .py files under `root`, hidden and tool folders left out, at most MAX_INDEXED_FILES (nearest the
-    root first)."""
+    root first) and no more than MAX_LISTED_ENTRIES looked at (a huge tree of other files)."""
     found: list[Path] = []
     folders = [root]
-    while folders and len(found) < MAX_INDEXED_FILES:
+    listed = 0
+    while folders and len(found) < MAX_INDEXED_FILES and listed < MAX_LISTED_ENTRIES:
         folder = folders.pop(0)
         try:
             entries = sorted(folder.iterdir())
         except OSError:
             continue
+        listed += len(entries)
         for entry in entries:
             if entry.name.startswith(".") or entry.name in _SKIPPED_FOLDERS or entry.is_symlink():
                 continue

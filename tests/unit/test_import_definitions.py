@@ -61,21 +61,31 @@ def test_the_names_a_file_uses_but_does_not_bind() -> None:
     text = (
         "from .tools import helper as aid\nimport os.path\n\n"
         "__all__ = ['Exported', \"helper_two\"]\n\n"
-        "LIMIT = 3\n\n"
+        "LIMIT = 3\ndefault_label: str\n\n"
         "def run(rows, *, factor=2):\n"
         '    """Run the Pipeline over rows (a docstring names no code)."""\n'
         "    # a Comment names none either\n"
         "    for row in rows:\n"
-        "        Pipeline(row, retries=LIMIT).start(aid(row), os.sep, factor)\n"
+        "        Pipeline(row, retries=LIMIT).start(aid(row), os.sep, factor, default_label)\n"
         "    return make_report(len(rows))\n"
     )
     names = unbound_names(text)
     assert names == ["Pipeline", "make_report", "Exported", "helper_two"]
     # keyword arguments, module paths, parameters, loop targets, builtins, aliases and attributes are not names
     # the file needs from elsewhere
-    assert not {"retries", "tools", "path", "rows", "row", "factor", "len", "aid", "start", "sep"} & set(
-        names
-    )
+    assert not {
+        "retries",
+        "tools",
+        "path",
+        "rows",
+        "row",
+        "factor",
+        "len",
+        "aid",
+        "start",
+        "sep",
+        "label",
+    } & set(names)
 
 
 def test_prose_the_blanking_missed_is_not_taken_for_names() -> None:
@@ -179,3 +189,44 @@ def test_typing_the_import_keeps_the_prompts_head(tmp_path: Path) -> None:
 def test_the_line_at_the_cursor_is_left_out() -> None:
     assert without_line_at("a\nbc\nd", 3) == "a\nd"
     assert without_line_at("a\nbc", 4) == "a\n"
+
+
+def test_the_index_reads_only_the_projects_own_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "pkg").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "secret_values.py").write_text("def read_secret():\n    pass\n")
+    (root / "pkg" / "linked.py").symlink_to(outside / "secret_values.py")  # a link leading out
+    for folder in (".venv", "node_modules", "site-packages", "build"):
+        (root / "pkg" / folder).mkdir()
+        (root / "pkg" / folder / "vendored.py").write_text("def vendored_helper():\n    pass\n")
+    (root / "pkg" / "big.py").write_text("def big_helper():\n    pass\n" + "x = 1\n" * 50_000)
+    for n in range(5):
+        (root / "pkg" / f"m{n}.py").write_text(f"def helper_{n}():\n    pass\n")
+    main = root / "pkg" / "main.py"
+    main.write_text(
+        "\n" + "\n".join(f"{name}()" for name in ("read_secret", "vendored_helper", "big_helper"))
+    )
+    document = new_document(main.as_uri(), "python", 1, main.read_text())
+    assert WorkspaceFiles([root]).definition_snippets(document, 0) == ("main.py", [])
+    # At most MAX_INDEXED_FILES files, nearest the root first, in name order.
+    monkeypatch.setattr("lsp_server.context.workspace.MAX_INDEXED_FILES", 3)
+    main.write_text("\n" + "\n".join(f"helper_{n}()" for n in range(5)))
+    document = new_document(main.as_uri(), "python", 1, main.read_text())
+    _, snippets = WorkspaceFiles([root]).definition_snippets(document, 0)
+    assert [s.path for s in snippets] == ["m0.py", "m1.py"]  # big.py, m0.py, m1.py were indexed
+
+
+def test_a_package_that_reexports_from_the_file_being_written_says_nothing(tmp_path: Path) -> None:
+    # pkg/__init__.py imports Table from pkg/tables.py: at the top of tables.py that says only that this file
+    # defines Table, not where to import it from (and a benchmark's finished repository would leak it).
+    (tmp_path / "pkg").mkdir()
+    for line in ("from .tables import Table", "from pkg.tables import Table"):
+        (tmp_path / "pkg" / "__init__.py").write_text(line + "\n")
+        tables = tmp_path / "pkg" / "tables.py"
+        tables.write_text("import os\n\n\nrows: list = []\n\n\ndef first():\n    return Table(rows)\n")
+        document = new_document(tables.as_uri(), "python", 1, tables.read_text())
+        assert WorkspaceFiles([tmp_path]).definition_snippets(document, 0) == ("pkg/tables.py", [])
+    (tmp_path / "pkg" / "__init__.py").write_text("from .frames import Table\n")  # elsewhere: it says where
+    _, snippets = WorkspaceFiles([tmp_path]).definition_snippets(document, 0)
+    assert [(s.path, s.text) for s in snippets] == [("pkg/__init__.py", "from .frames import Table")]
