@@ -124,6 +124,30 @@ def test_ghost_text_appears_and_tab_accepts_it(tmp_path: Path, nvim: str) -> Non
     assert stats["rejected"] == 0
 
 
+def test_at_the_imports_the_workspace_says_where_a_used_name_is_defined(tmp_path: Path, nvim: str) -> None:
+    # Neovim names its working directory as the workspace folder; the server finds there where the name the
+    # file uses is defined and puts that definition in the prompt. The fake's rule needs the definition's line
+    # right before the file's text, so the ghost text shows only if the prompt held it (with
+    # importDefinitions false no ghost text came).
+    (tmp_path / "matrices.py").write_text("def scale_rows(matrix, factor):\n    return matrix\n")
+    rules = [["def scale_rows(matrix, factor):\nimport os\n", "from matrices import scale_rows\n"]]
+    settings = {"backend": "fake", "fake": {"rules": rules}, "warm": False}
+    file_text = "import os\n\n\nrows = scale_rows([[1]], 2)\n"
+    result = neovim_support.run_driver(
+        nvim,
+        DRIVER,
+        tmp_path,
+        cwd=tmp_path,
+        env={"SPECLS_E2E_LINE": "1", "SPECLS_E2E_USE_BUILTIN": "false"},
+        settings=settings,
+        file_text=file_text,
+        typed="f",
+    )
+    assert result["ghost"]["text"] == "rom matrices import scale_rows"
+    assert result["lines"][:2] == ["import os", "from matrices import scale_rows"]
+    assert result["stats"]["accepted"] == 1
+
+
 def test_accept_word_takes_one_word_and_keeps_the_rest(tmp_path: Path, nvim: str) -> None:
     result = run_driver(
         tmp_path, nvim, settings=FAKE, file_text="def add(a, b):\n", typed="    ret", scenario="accept_word"
