@@ -347,6 +347,34 @@ def test_fake_backend_exact_text_and_partial_accepts(start_vscode: Any, tmp_path
     assert vscode.saved_text("fib.py", expected) == expected
 
 
+def test_at_the_imports_the_workspace_says_where_a_used_name_is_defined(
+    start_vscode: Any, tmp_path: Path
+) -> None:
+    # VS Code names the opened folder as the workspace folder; the server finds there where the name the file
+    # uses is defined and puts that definition in the prompt. The fake's rule needs the definition's line
+    # right before the file's text, so the ghost text shows only if the prompt held it (with the user setting
+    # "specls.importDefinitions": false no ghost text came within 5 s).
+    rules = tmp_path / "rules.json"
+    rules.write_text(
+        json.dumps([["def scale_rows(matrix, factor):\nimport os\n", "from matrices import scale_rows\n"]]),
+        encoding="utf-8",
+    )
+    files = {
+        "main.py": "import os\n\n\nrows = scale_rows([[1]], 2)\n",
+        "matrices.py": "def scale_rows(matrix, factor):\n    return matrix\n",
+    }
+    vscode = start_vscode(files, ["--backend", "fake", "--fake-rules", str(rules)])
+    vscode.open_file("main.py")
+    _open_line_under_def(vscode, 0)
+    vscode.page.keyboard.type("f", delay=60)
+    ghost = vscode.wait_for_typed_ghost(15_000)
+    assert ghost == "rom matrices import scale_rows"
+    vscode.page.keyboard.press("Tab")
+    vscode.page.wait_for_timeout(300)
+    expected = "import os\nfrom matrices import scale_rows\n\n\nrows = scale_rows([[1]], 2)\n"
+    assert vscode.saved_text("main.py", expected) == expected
+
+
 def _second_line_holds_code(text: str) -> bool:
     lines = text.split("\n")
     return len(lines) > 1 and lines[1].strip() != ""
