@@ -18,15 +18,12 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from tree_sitter import Parser, Point, Tree
 
 from lsp_server.languages import canonical_language, new_parser
 from lsp_server.positions import LineIndex, char_index, units, utf8_len
-
-if TYPE_CHECKING:
-    from lsp_server.context.fim import Snippet
 from lsp_server.positions import PositionError as PositionError  # raised here, caught by callers
 
 ENCODINGS = ("utf-8", "utf-16", "utf-32")
@@ -160,7 +157,7 @@ class ImportedFiles(Protocol):
 
     def imported_documents(self, current: Document, open_uris: Sequence[str]) -> list[Document]: ...
 
-    def definition_snippets(self, current: Document, offset: int) -> tuple[str, list[Snippet]]: ...
+    def definition_snippets(self, current: Document, offset: int) -> tuple[str, list[tuple[str, str]]]: ...
 
 
 class DocumentStore:

@@ -353,12 +353,13 @@ def _import_definitions(
     if not in_import_block(doc.text, offset):
         return display_path(doc.uri), []
     path, found = workspace.definition_snippets(doc, offset)
-    kept, used = [], 0
-    for snippet in found:
-        used += count_tokens(snippet.text) + 8
+    kept: list[Snippet] = []
+    used = 0
+    for snippet_path, text in found:
+        used += count_tokens(text) + 8
         if used > budget:
             break
-        kept.append(snippet)
+        kept.append(Snippet(snippet_path, text))
     return (path, kept) if kept else (display_path(doc.uri), [])
 
 

@@ -26,7 +26,6 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from lsp_server.context.definitions import top_level_definitions, unbound_names, without_line_at
-from lsp_server.context.fim import Snippet
 from lsp_server.context.snippets import imports_of
 from lsp_server.documents import Document, new_document
 
@@ -114,10 +113,11 @@ class WorkspaceFiles:
                     break
         return found
 
-    def definition_snippets(self, current: Document, offset: int) -> tuple[str, list[Snippet]]:
-        """(the current file's path from its import root, snippets with the first line of each definition the
-        project holds for a name `current` uses but does not bind, or the module such a name is), in path
-        order; the line at `offset` is left out. ("", []) for a file outside the workspace folders."""
+    def definition_snippets(self, current: Document, offset: int) -> tuple[str, list[tuple[str, str]]]:
+        """(the current file's path from its import root, (path, text) snippets: the first line of each
+        definition the project holds for a name `current` uses but does not bind, or the module such a name
+        is, in path order); the line at `offset` is left out. ("", []) for a file outside the workspace
+        folders."""
         path_here = path_of(current.uri)
         here = path_here.resolve() if path_here is not None else None
         root = self._import_root(here) if here is not None else None
@@ -150,7 +150,7 @@ class WorkspaceFiles:
             if count >= MAX_DEFINITIONS or len(chosen) >= MAX_DEFINITIONS:
                 break
         snippets = [
-            Snippet(path.relative_to(root).as_posix(), "\n".join(line for line in lines if line))
+            (path.relative_to(root).as_posix(), "\n".join(line for line in lines if line))
             for path, lines in sorted(chosen.items())
         ]
         return here.relative_to(root).as_posix(), snippets

@@ -136,9 +136,7 @@ def test_the_workspace_says_where_the_names_are_defined(tmp_path: Path) -> None:
     )
     assert path == "pkg/main.py"
     # The package's __init__ re-exports both: what a package exports is imported from the package.
-    assert [(s.path, s.text) for s in snippets] == [
-        ("pkg/matrices/__init__.py", "from .scaling import DEFAULT_FACTOR, scale_rows")
-    ]
+    assert snippets == [("pkg/matrices/__init__.py", "from .scaling import DEFAULT_FACTOR, scale_rows")]
     elsewhere = WorkspaceFiles([tmp_path / "pkg" / "matrices"])  # the file lies outside this workspace
     assert elsewhere.definition_snippets(new_document(main.as_uri(), "python", 1, ""), 0) == ("", [])
 
@@ -149,8 +147,8 @@ def test_a_name_many_modules_define_says_nothing(tmp_path: Path) -> None:
         (tmp_path / "pkg" / f"part{n}.py").write_text("logger = object()\n")
     document = new_document(main.as_uri(), "python", 1, main.read_text())
     _, snippets = WorkspaceFiles([tmp_path]).definition_snippets(document, len(HEADER))
-    assert "logger" not in "".join(s.text for s in snippets)
-    assert "scale_rows" in "".join(s.text for s in snippets)
+    assert "logger" not in "".join(text for _, text in snippets)
+    assert "scale_rows" in "".join(text for _, text in snippets)
 
 
 def test_the_prompt_names_the_file_and_the_definitions_at_an_import_line(tmp_path: Path) -> None:
@@ -214,7 +212,7 @@ def test_the_index_reads_only_the_projects_own_files(tmp_path: Path, monkeypatch
     main.write_text("\n" + "\n".join(f"helper_{n}()" for n in range(5)))
     document = new_document(main.as_uri(), "python", 1, main.read_text())
     _, snippets = WorkspaceFiles([root]).definition_snippets(document, 0)
-    assert [s.path for s in snippets] == ["m0.py", "m1.py"]  # big.py, m0.py, m1.py were indexed
+    assert [path for path, _ in snippets] == ["m0.py", "m1.py"]  # big.py, m0.py, m1.py were indexed
 
 
 def test_a_package_that_reexports_from_the_file_being_written_says_nothing(tmp_path: Path) -> None:
@@ -229,4 +227,4 @@ def test_a_package_that_reexports_from_the_file_being_written_says_nothing(tmp_p
         assert WorkspaceFiles([tmp_path]).definition_snippets(document, 0) == ("pkg/tables.py", [])
     (tmp_path / "pkg" / "__init__.py").write_text("from .frames import Table\n")  # elsewhere: it says where
     _, snippets = WorkspaceFiles([tmp_path]).definition_snippets(document, 0)
-    assert [(s.path, s.text) for s in snippets] == [("pkg/__init__.py", "from .frames import Table")]
+    assert snippets == [("pkg/__init__.py", "from .frames import Table")]
