@@ -35,6 +35,7 @@ MAX_CACHED_FILES = 128  # parsed files kept, oldest dropped first: memory stays 
 RESOLVE_TTL_S = 30.0
 MAX_INDEXED_FILES = 2000
 MAX_LISTED_ENTRIES = 20000
+MAX_INDEXES = 8  # import roots indexed at once (a workspace of many script folders has many)
 MAX_DEFINITIONS = 12  # definition lines in the prompt, from at most this many modules too
 AMBIGUOUS_MODULES = 3  # a name defined in more modules than this (`logger`, `main`) says nothing
 _FROM = re.compile(r"from[ \t]+(\.*)([\w.]*)[ \t]+import\b")
@@ -54,6 +55,24 @@ class ModuleIndex:
                 self.defined_in.setdefault(name, []).append(path)
             module = path.parent.name if path.name == "__init__.py" else path.stem
             self.modules.setdefault(module, []).append(path)
+
+    def where_defined(self, name: str, here: Path) -> tuple[Path, str] | None:
+        """(the module nearest `here` that defines `name`, its defining line), else (the module `name` is,
+        its first definition's line or ""), else None; `here` itself never, nor a package that re-exports
+        the name from `here`, nor a name more than AMBIGUOUS_MODULES modules define."""
+        paths = [
+            path
+            for path in self.defined_in.get(name, [])
+            if path != here and not _imports_from(self.definitions[path][name], path, here, self.root)
+        ]
+        if paths and len(paths) <= AMBIGUOUS_MODULES:
+            path = _nearest(paths, here)
+            return path, self.definitions[path][name]
+        modules = [path for path in self.modules.get(name, []) if path != here]
+        if not modules:
+            return None
+        path = _nearest(modules, here)
+        return path, next(iter(self.definitions[path].values()), "")
 
 
 def _nearest(paths: Sequence[Path], here: Path) -> Path:
@@ -127,25 +146,12 @@ class WorkspaceFiles:
         chosen: dict[Path, list[str]] = {}
         count = 0
         for name in unbound_names(without_line_at(current.text, offset)):
-            paths = [
-                path
-                for path in index.defined_in.get(name, [])
-                if path != here and not _imports_from(index.definitions[path][name], path, here, root)
-            ]
-            line = None
-            if paths and len(paths) <= AMBIGUOUS_MODULES:
-                path = _nearest(paths, here)
-                line = index.definitions[path][name]
-            else:
-                paths = [path for path in index.modules.get(name, []) if path != here]
-                if not paths:
-                    continue
-                path = _nearest(paths, here)
-                first = next(iter(index.definitions[path].values()), None)
-                line = first if first is not None else ""
-            lines = chosen.setdefault(path, [])
-            if line not in lines:
-                lines.append(line)
+            found = index.where_defined(name, here)
+            if found is None:
+                continue
+            lines = chosen.setdefault(found[0], [])
+            if found[1] not in lines:
+                lines.append(found[1])
                 count += 1
             if count >= MAX_DEFINITIONS or len(chosen) >= MAX_DEFINITIONS:
                 break
@@ -177,7 +183,10 @@ class WorkspaceFiles:
                 if names is not None:
                     files[path] = names
             index = ModuleIndex(root, files)
+            self._indexes.pop(root, None)
             self._indexes[root] = (now, index)
+            if len(self._indexes) > MAX_INDEXES:  # the oldest built goes: memory stays flat
+                del self._indexes[next(iter(self._indexes))]
             kept = {path for _, other in self._indexes.values() for path in other.definitions}
             self._outlines = {path: entry for path, entry in self._outlines.items() if path in kept}
             return index

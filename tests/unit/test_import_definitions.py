@@ -228,3 +228,29 @@ def test_a_package_that_reexports_from_the_file_being_written_says_nothing(tmp_p
     (tmp_path / "pkg" / "__init__.py").write_text("from .frames import Table\n")  # elsewhere: it says where
     _, snippets = WorkspaceFiles([tmp_path]).definition_snippets(document, 0)
     assert snippets == [("pkg/__init__.py", "from .frames import Table")]
+
+
+def test_a_name_that_is_a_module_gives_that_module(tmp_path: Path) -> None:
+    (tmp_path / "flows").mkdir()
+    (tmp_path / "flows" / "__init__.py").write_text("")
+    (tmp_path / "flows" / "identity.py").write_text('"""Who the agent is."""\n\nPROCESSOR = object()\n')
+    main = tmp_path / "flows" / "runner.py"
+    main.write_text("from . import contents\n\n\nSTEPS = [contents.PROCESSOR, identity.PROCESSOR]\n")
+    document = new_document(main.as_uri(), "python", 1, main.read_text())
+    path, snippets = WorkspaceFiles([tmp_path]).definition_snippets(document, len("from . import contents\n"))
+    assert path == "flows/runner.py"
+    assert snippets == [("flows/identity.py", "PROCESSOR = object()")]
+
+
+def test_memory_stays_flat_across_many_import_roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("lsp_server.context.workspace.MAX_INDEXES", 2)
+    workspace = WorkspaceFiles([tmp_path])
+    for n in range(4):  # four script folders: four import roots
+        folder = tmp_path / f"script{n}"
+        folder.mkdir()
+        (folder / "tool.py").write_text(f"def helper_{n}():\n    pass\n")
+        main = folder / "main.py"
+        main.write_text(f"\n\nhelper_{n}()\n")
+        document = new_document(main.as_uri(), "python", 1, main.read_text())
+        assert workspace.definition_snippets(document, 0) == ("main.py", [("tool.py", f"def helper_{n}():")])
+    assert len(workspace._indexes) == 2
