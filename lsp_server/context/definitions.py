@@ -11,6 +11,7 @@ find the names; `context.workspace` finds where the project defines them.
 from __future__ import annotations
 
 import builtins
+import functools
 import keyword
 import re
 
@@ -41,6 +42,7 @@ _TOP_LEVEL_FROM_IMPORT = re.compile(r"^from[ \t]+[\w.]+[ \t]+import[ \t]+(\([^)]
 _IMPORT_LINE = re.compile(r"^(?:from[ \t]+[\w.]+[ \t]+import\b|import[ \t]+\w)")
 _KNOWN = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | frozenset(dir(builtins))
 HEAD_CHARS = 120  # of a definition's first line: a signature, not a body
+NEAR_CHARS = 4000  # of the text above and below the cursor that says whether it is among the imports
 
 
 def code_only(text: str) -> str:
@@ -71,7 +73,8 @@ def bound_names(code: str) -> set[str]:
     return bound
 
 
-def unbound_names(text: str) -> list[str]:
+@functools.lru_cache(maxsize=8)  # typing on a line leaves the text without that line unchanged
+def unbound_names(text: str) -> tuple[str, ...]:
     """The names `text` uses but neither binds nor gets from the language, in order of first use, then those
     its `__all__` lists (a package's `__init__.py` exports what it imports)."""
     code = code_only(text)
@@ -86,7 +89,7 @@ def unbound_names(text: str) -> list[str]:
     for name in used:
         if name not in bound and name not in _KNOWN and not name.startswith("__"):
             seen.setdefault(name, None)
-    return list(seen)
+    return tuple(seen)
 
 
 def _names_something(match: re.Match[str], code: str) -> bool:
@@ -137,11 +140,13 @@ def in_import_block(text: str, offset: int) -> bool:
     typed = text[line_start:offset].lstrip()
     if typed and not any(typed.startswith(word) or word.startswith(typed) for word in ("from ", "import ")):
         return False
-    above = code_only(text[:line_start]).split("\n")
-    below_end = text.find("\n", offset)
-    below = code_only(text[below_end + 1 :]).split("\n")[:40] if below_end != -1 else []
+    # Only the text near the cursor is read: this runs at every request, in files of any size.
+    window_start = max(0, line_start - NEAR_CHARS)
+    above = code_only(text[window_start:line_start]).split("\n")[1 if window_start else 0 :]
+    below_start = text.find("\n", offset) + 1
+    below = code_only(text[below_start : below_start + NEAR_CHARS]).split("\n")[:-1] if below_start else []
     nearest_above = next((line for line in reversed(above) if line.strip()), None)
     nearest_below = next((line for line in below if line.strip()), None)
     if nearest_above is None:
-        return True
+        return window_start == 0
     return any(line is not None and _IMPORT_LINE.match(line) for line in (nearest_above, nearest_below))

@@ -136,11 +136,11 @@ class WorkspaceFiles:
         """(the current file's path from its import root, (path, text) snippets: the first line of each
         definition the project holds for a name `current` uses but does not bind, or the module such a name
         is, in path order); the line at `offset` is left out. ("", []) for a file outside the workspace
-        folders."""
+        folders or larger than MAX_FILE_BYTES."""
         path_here = path_of(current.uri)
         here = path_here.resolve() if path_here is not None else None
         root = self._import_root(here) if here is not None else None
-        if here is None or root is None:
+        if here is None or root is None or len(current.text) > MAX_FILE_BYTES:
             return "", []
         index = self._index(root)
         chosen: dict[Path, list[str]] = {}

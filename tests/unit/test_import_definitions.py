@@ -15,7 +15,7 @@ from lsp_server.context.definitions import (
     unbound_names,
     without_line_at,
 )
-from lsp_server.context.workspace import AMBIGUOUS_MODULES, WorkspaceFiles
+from lsp_server.context.workspace import AMBIGUOUS_MODULES, MAX_FILE_BYTES, WorkspaceFiles
 from lsp_server.documents import DocumentStore, new_document
 
 QWEN_TOKENS = (
@@ -70,7 +70,7 @@ def test_the_names_a_file_uses_but_does_not_bind() -> None:
         "    return make_report(len(rows))\n"
     )
     names = unbound_names(text)
-    assert names == ["Pipeline", "make_report", "Exported", "helper_two"]
+    assert names == ("Pipeline", "make_report", "Exported", "helper_two")
     # keyword arguments, module paths, parameters, loop targets, builtins, aliases and attributes are not names
     # the file needs from elsewhere
     assert not {
@@ -254,3 +254,22 @@ def test_memory_stays_flat_across_many_import_roots(tmp_path: Path, monkeypatch:
         document = new_document(main.as_uri(), "python", 1, main.read_text())
         assert workspace.definition_snippets(document, 0) == ("main.py", [("tool.py", f"def helper_{n}():")])
     assert len(workspace._indexes) == 2
+
+
+def test_only_the_text_near_the_cursor_is_read() -> None:
+    # Imports right above the cursor in a long file still count; a body far below them does not. Below a
+    # header longer than the window the top of the file is out of sight, so the cursor is not taken for it
+    # (a license or docstring of 4,000 characters; the usual ones are far shorter).
+    body = "\n".join(f"    value_{n} = compute({n})" for n in range(2000))
+    text = "import os\n" + "x = 1\n" * 1000 + "import sys\n\n" + "def f():\n" + body + "\n"
+    assert in_import_block(text, text.index("\n", text.index("import sys")) + 1)
+    assert not in_import_block(text, text.index("    value_1500"))
+    short_header, long_header = "# words\n" * 10 + "\n", "# words\n" * 1000 + "\n"
+    assert in_import_block(short_header, len(short_header))
+    assert not in_import_block(long_header, len(long_header))
+
+
+def test_a_file_too_large_to_index_gets_no_definitions(tmp_path: Path) -> None:
+    main = _project(tmp_path, HEADER + "import os\n\n" + USES + "# padding\n" * (MAX_FILE_BYTES // 10 + 1))
+    document = new_document(main.as_uri(), "python", 1, main.read_text())
+    assert WorkspaceFiles([tmp_path]).definition_snippets(document, len(HEADER)) == ("", [])
