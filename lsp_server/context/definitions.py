@@ -144,7 +144,10 @@ def in_import_block(text: str, offset: int) -> bool:
     window_start = max(0, line_start - NEAR_CHARS)
     above = code_only(text[window_start:line_start]).split("\n")[1 if window_start else 0 :]
     below_start = text.find("\n", offset) + 1
-    below = code_only(text[below_start : below_start + NEAR_CHARS]).split("\n")[:-1] if below_start else []
+    below_end = below_start + NEAR_CHARS
+    below = code_only(text[below_start:below_end]).split("\n") if below_start else []
+    if below_end < len(text):
+        below = below[:-1]  # a line cut by the window
     nearest_above = next((line for line in reversed(above) if line.strip()), None)
     nearest_below = next((line for line in below if line.strip()), None)
     if nearest_above is None:

@@ -118,6 +118,7 @@ def test_top_level_definitions_and_what_a_package_reexports() -> None:
         ("|", True),  # an empty file
         (HEADER + "import os\nfrom .io import |\n\n\ndef f():\n    pass\n", True),  # typing an import
         (HEADER + "import os\nfr|\n", True),
+        ("x = 1\n|\nimport sys", True),  # the last line, with no line break after it, counts too
         (HEADER + "import os\n\nresult = |\n", False),  # typing code after the imports
         ("import os\n\n\ndef f():\n    x = 1\n    |\n    return x\n", False),  # a function's body
     ],
