@@ -21,13 +21,16 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Generic, TypeVar
 from urllib.parse import unquote, urlparse
 
 from lsp_server.context.definitions import top_level_definitions, unbound_names, without_line_at
 from lsp_server.context.snippets import imports_of
 from lsp_server.documents import Document, new_document
+
+T = TypeVar("T")
 
 MAX_FILE_BYTES = 256 * 1024
 MAX_FILES = 8
@@ -75,6 +78,50 @@ class ModuleIndex:
         return path, next(iter(self.definitions[path].values()), "")
 
 
+class _MadeFromFiles(Generic[T]):
+    """What was made from each file, made again only when the file's size or modification time changes; at
+    most `max_entries` kept, the oldest made dropped first. Not thread-safe: the owner holds its lock."""
+
+    def __init__(self, make: Callable[[Path, str], T], max_entries: int) -> None:
+        self._make = make
+        self._max_entries = max_entries
+        self._entries: dict[Path, tuple[tuple[int, int], T]] = {}
+
+    def get(self, path: Path) -> T | None:
+        """What `make` made of the file's text; None for a file that cannot be read or is over
+        MAX_FILE_BYTES."""
+        try:
+            stat = path.stat()
+            if stat.st_size > MAX_FILE_BYTES:
+                return None
+            stamp = (stat.st_mtime_ns, stat.st_size)
+            cached = self._entries.get(path)
+            if cached is not None and cached[0] == stamp:
+                return cached[1]
+            text = path.read_bytes().decode("utf-8", errors="replace")
+        except OSError:
+            return None
+        made = self._make(path, text)
+        self._entries.pop(path, None)
+        self._entries[path] = (stamp, made)
+        if len(self._entries) > self._max_entries:
+            del self._entries[next(iter(self._entries))]
+        return made
+
+    def keep_only(self, paths: set[Path]) -> None:
+        self._entries = {path: entry for path, entry in self._entries.items() if path in paths}
+
+
+def _parsed_document(path: Path, text: str) -> Document:
+    document = new_document(path.as_uri(), "", 0, text)
+    _ = document.tree  # parsed here, under the lock: a parser serves one thread at a time
+    return document
+
+
+def _module_names(path: Path, text: str) -> dict[str, str]:
+    return top_level_definitions(text, reexports=path.name == "__init__.py")
+
+
 def _nearest(paths: Sequence[Path], here: Path) -> Path:
     """The path that shares the most folders with `here` (then the shortest)."""
 
@@ -101,10 +148,11 @@ class WorkspaceFiles:
     def __init__(self, roots: Sequence[Path]) -> None:
         self.roots = tuple(root.resolve() for root in roots)
         self._lock = threading.Lock()
-        self._files: dict[Path, tuple[tuple[int, int], Document]] = {}
+        self._files = _MadeFromFiles(_parsed_document, MAX_CACHED_FILES)
         self._resolved: dict[tuple[tuple[str, ...], Path], tuple[float, Path | None]] = {}
         self._indexes: dict[Path, tuple[float, ModuleIndex]] = {}
-        self._outlines: dict[Path, tuple[tuple[int, int], dict[str, str]]] = {}
+        # Top-level names of every indexed file; pruned to the files of the indexes kept (`_index`).
+        self._outlines = _MadeFromFiles(_module_names, MAX_INDEXES * MAX_INDEXED_FILES)
 
     @classmethod
     def from_uris(cls, uris: Sequence[str]) -> WorkspaceFiles | None:
@@ -125,7 +173,7 @@ class WorkspaceFiles:
                 if path is None or path in seen or path in open_paths or path == here:
                     continue
                 seen.add(path)
-                document = self._read(path)
+                document = self._files.get(path)
                 if document is not None:
                     found.append(document)
                 if len(found) == MAX_FILES:
@@ -179,7 +227,7 @@ class WorkspaceFiles:
                 return cached[1]
             files: dict[Path, dict[str, str]] = {}
             for path in _python_files(root):
-                names = self._definitions(path)
+                names = self._outlines.get(path)
                 if names is not None:
                     files[path] = names
             index = ModuleIndex(root, files)
@@ -188,24 +236,8 @@ class WorkspaceFiles:
             if len(self._indexes) > MAX_INDEXES:  # the oldest built goes: memory stays flat
                 del self._indexes[next(iter(self._indexes))]
             kept = {path for _, other in self._indexes.values() for path in other.definitions}
-            self._outlines = {path: entry for path, entry in self._outlines.items() if path in kept}
+            self._outlines.keep_only(kept)
             return index
-
-    def _definitions(self, path: Path) -> dict[str, str] | None:
-        try:
-            stat = path.stat()
-            if stat.st_size > MAX_FILE_BYTES:
-                return None
-            stamp = (stat.st_mtime_ns, stat.st_size)
-            cached = self._outlines.get(path)
-            if cached is not None and cached[0] == stamp:
-                return cached[1]
-            text = path.read_bytes().decode("utf-8", errors="replace")
-            names = top_level_definitions(text, reexports=path.name == "__init__.py")
-        except OSError:
-            return None
-        self._outlines[path] = (stamp, names)
-        return names
 
     def _resolve(self, suffixes: tuple[str, ...], folder: Path | None) -> Path | None:
         key = (suffixes, folder or Path())
@@ -232,26 +264,6 @@ class WorkspaceFiles:
                     if any(resolved.is_relative_to(root) for root in self.roots):
                         return resolved
         return None
-
-    def _read(self, path: Path) -> Document | None:
-        try:
-            stat = path.stat()
-            if stat.st_size > MAX_FILE_BYTES:
-                return None
-            stamp = (stat.st_mtime_ns, stat.st_size)
-            cached = self._files.get(path)
-            if cached is not None and cached[0] == stamp:
-                return cached[1]
-            text = path.read_bytes().decode("utf-8", errors="replace")
-        except OSError:
-            return None
-        document = new_document(path.as_uri(), "", 0, text)
-        _ = document.tree  # parsed here, under the lock: a parser serves one thread at a time
-        self._files.pop(path, None)
-        self._files[path] = (stamp, document)
-        if len(self._files) > MAX_CACHED_FILES:
-            del self._files[next(iter(self._files))]
-        return document
 
 
 def _imports_from(line: str, importer: Path, module: Path, root: Path) -> bool:
