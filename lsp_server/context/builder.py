@@ -20,7 +20,7 @@ from lsp_server.context.fim import (
     marker_texts,
 )
 from lsp_server.context.indentation import IndentStyle, indent_style_around, reindent
-from lsp_server.context.snippets import display_path, select_snippets
+from lsp_server.context.snippets import display_path, select_snippets, snippet_tokens
 from lsp_server.context.stops import SyntaxStopRules, finalize
 from lsp_server.context.syntax import Mode, completion_mode, indent_width, literal_kind, opens_block
 from lsp_server.context.trees import tree_for_prompt
@@ -293,17 +293,16 @@ def build_completion_context(
     others = store.all_documents()
     if settings.imported_files and store.workspace is not None:
         others += store.workspace.imported_documents(doc, [other.uri for other in others])
-    path, definitions = (
-        _import_definitions(store, doc, offset, settings, snippet_budget, count_tokens)
-        if rules.literal is None
-        else (display_path(uri), [])
+    in_code = rules.literal is None
+    path, definitions, used = _import_definitions(
+        store, doc, offset, settings, in_code, snippet_budget, count_tokens
     )
     snippets = definitions + select_snippets(
         doc,
         offset,
         others,
         max_snippets=settings.max_snippets,
-        budget_tokens=snippet_budget - sum(count_tokens(s.text) + 8 for s in definitions),
+        budget_tokens=snippet_budget - used,
         count_tokens=count_tokens,
     )
     name_file = bool(definitions)
@@ -341,26 +340,29 @@ def _import_definitions(
     doc: Document,
     offset: int,
     settings: ContextSettings,
+    in_code: bool,
     budget: int,
     count_tokens: Callable[[str], int],
-) -> tuple[str, list[Snippet]]:
-    """(the file's path, the workspace's definitions of the names it uses) at a line among a Python file's
-    imports, the leading ones that fit in `budget` tokens (8 a snippet for its path line); else (the short
-    display path, [])."""
+) -> tuple[str, list[Snippet], int]:
+    """(the file's path, the workspace's definitions of the names it uses, the tokens they take) at a line
+    of code among a Python file's imports, the leading ones that fit in `budget` tokens; else (the short
+    display path, [], 0)."""
+    nothing: tuple[str, list[Snippet], int] = (display_path(doc.uri), [], 0)
     workspace = store.workspace
-    if not settings.import_definitions or workspace is None or doc.language != "python":
-        return display_path(doc.uri), []
+    if not (in_code and settings.import_definitions and workspace is not None and doc.language == "python"):
+        return nothing
     if not in_import_block(doc.text, offset):
-        return display_path(doc.uri), []
+        return nothing
     path, found = workspace.definition_snippets(doc, offset)
     kept: list[Snippet] = []
     used = 0
     for snippet_path, text in found:
-        used += count_tokens(text) + 8
-        if used > budget:
+        cost = snippet_tokens(text, count_tokens)
+        if used + cost > budget:
             break
         kept.append(Snippet(snippet_path, text))
-    return (path, kept) if kept else (display_path(doc.uri), [])
+        used += cost
+    return (path, kept, used) if kept else nothing
 
 
 def _fit_file_text(

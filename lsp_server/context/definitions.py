@@ -56,10 +56,7 @@ def bound_names(code: str) -> set[str]:
     for group in _ASSIGNED.findall(code) + _FOR.findall(code):
         bound.update(part.strip() for part in group.split(","))
     for names in _FROM_IMPORT.findall(code):
-        for part in names.strip("()").replace("\n", ",").split(","):
-            words = part.split()
-            if words:
-                bound.add(words[-1])
+        bound.update(imported_names(names))
     for modules in _IMPORT.findall(code):
         for part in modules.split(","):
             words = part.split()
@@ -113,11 +110,19 @@ def top_level_definitions(text: str, reexports: bool = False) -> dict[str, str]:
             found[name] = _line_at(text, match.start())
     if reexports:
         for match in _TOP_LEVEL_FROM_IMPORT.finditer(text):
-            for part in match.group(1).strip("()").replace("\n", ",").split(","):
-                words = part.split("#")[0].split()
-                if words and words[-1].isidentifier() and words[-1] not in found:
-                    found[words[-1]] = _line_at(text, match.start())
+            for name in imported_names(match.group(1)):
+                found.setdefault(name, _line_at(text, match.start()))
     return found
+
+
+def imported_names(clause: str) -> list[str]:
+    """The names the part after `import` in `from m import ...` binds: each alias, else each name."""
+    names = []
+    for part in clause.strip("()").replace("\n", ",").split(","):
+        words = part.split("#")[0].split()
+        if words and words[-1].isidentifier():
+            names.append(words[-1])
+    return names
 
 
 def _line_at(text: str, start: int) -> str:

@@ -238,6 +238,11 @@ def import_snippets(current: Document, others: Sequence[Document]) -> list[Score
     return result
 
 
+def snippet_tokens(text: str, count_tokens: Callable[[str], int]) -> int:
+    """What a snippet of `text` costs in the prompt: its text and about 8 tokens for the path line before it."""
+    return count_tokens(text) + 8
+
+
 def select_snippets(
     current: Document,
     offset: int,
@@ -261,7 +266,7 @@ def select_snippets(
             break
         if candidate.source_uri in seen_sources:
             continue
-        cost = count_tokens(candidate.snippet.text) + 8  # + the path header
+        cost = snippet_tokens(candidate.snippet.text, count_tokens)
         if used + cost > budget_tokens:
             continue
         used += cost
