@@ -15,17 +15,12 @@ from lsp_server.context.definitions import (
     unbound_names,
     without_line_at,
 )
+from lsp_server.context.fim import QWEN_CODER
 from lsp_server.context.workspace import AMBIGUOUS_MODULES, MAX_FILE_BYTES, WorkspaceFiles
 from lsp_server.documents import DocumentStore, new_document
 
-QWEN_TOKENS = (
-    "<|endoftext|>",
-    "<|fim_prefix|>",
-    "<|fim_middle|>",
-    "<|fim_suffix|>",
-    "<|fim_pad|>",
-    "<|file_sep|>",
-)
+# A backend whose tokenizer has Qwen2.5-Coder's FIM tokens (test_context_fim checks how they are detected).
+QWEN_TOKENS = (QWEN_CODER.prefix_token, QWEN_CODER.suffix_token, QWEN_CODER.middle_token, QWEN_CODER.file_sep)
 QWEN = BackendInfo("fake", "t", None, QWEN_TOKENS, 32768, "cpu")
 HEADER = "# Copyright 2025\n\n"
 USES = '\n\n\ndef run(rows):\n    """Scale the rows."""\n    return scale_rows(rows, DEFAULT_FACTOR)\n'
