@@ -187,7 +187,11 @@ def server_settings(
 def describe_prompt_size(model: Mapping[str, Any]) -> str:
     """How many tokens the prompts could hold, and how many of them after the cursor, for the model's table
     row ("" for what a report written before they were recorded lacks)."""
-    sizes = [("prompt", model.get("prompt_tokens")), ("suffix", model.get("suffix_tokens"))]
+    sizes = [
+        ("prompt", model.get("prompt_tokens")),
+        ("suffix", model.get("suffix_tokens")),
+        ("lines below ahead", model.get("lines_below_tokens")),
+    ]
     said = [f"{name} {tokens}" for name, tokens in sizes if tokens is not None]
     return f", {', '.join(said)} tokens" if said else ""
 
@@ -230,7 +234,7 @@ def score_model(
     """Run every position through the server's context builder, the engine and the final trim."""
     from engine.models import describe_model, load_pair
     from engine.service import LocalEngine
-    from lsp_server.context.builder import affordable_suffix_tokens, full_prompt_tokens
+    from lsp_server.context.builder import affordable_suffix_tokens, full_prompt_tokens, lines_below_tokens
     from lsp_server.context.fim import marker_texts
     from lsp_server.context.gate import first_line_confidence
     from lsp_server.context.indentation import indentation_ok
@@ -244,6 +248,7 @@ def score_model(
         max_lines=1 if config.first_line_only else None,
         overrides=config.setting_overrides,
     )
+    suffix_tokens = affordable_suffix_tokens(info, settings.context.max_suffix_tokens)
     markers = marker_texts(info.special_tokens)
     outcomes: list[Outcome] = []
     roots = sorted({folder.resolve().parent for folder in config.folders})
@@ -289,7 +294,9 @@ def score_model(
         else info.prompt_shape,
         "template": _template_name(info, settings.context.prompt_shape),
         "prompt_tokens": full_prompt_tokens(info, settings.context.max_prompt_tokens),
-        "suffix_tokens": affordable_suffix_tokens(info, settings.context.max_suffix_tokens),
+        "suffix_tokens": suffix_tokens,
+        # Up to this many, and a quarter of the prompt, in templates with a file separator.
+        "lines_below_tokens": lines_below_tokens(suffix_tokens, settings.context.lines_below_tokens),
         "summary": summarize(outcomes),
         "gate": gate_report(outcomes, default_gate_threshold(info)),
         "outcomes": [asdict(outcome) for outcome in outcomes],
@@ -668,6 +675,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "machine re-reads in time, as the server chooses)",
     )
     parser.add_argument(
+        "--lines-below-tokens",
+        type=non_negative,
+        help="at most this many tokens of the lines below the cursor ahead of the file's text (the server's "
+        "linesBelowTokens; default: as the server chooses; 0: none)",
+    )
+    parser.add_argument(
         "--first-line",
         action="store_true",
         help="stop each suggestion after its first line (all that exact next line and the gate read; faster)",
@@ -685,6 +698,7 @@ def command(args: argparse.Namespace) -> int:
     named = (
         ("contextTokens", args.context_tokens),
         ("suffixTokens", args.suffix_tokens),
+        ("linesBelowTokens", args.lines_below_tokens),
         ("importedFiles", True if args.imported_files else None),
         ("importDefinitions", False if args.no_import_definitions else None),
     )

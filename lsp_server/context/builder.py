@@ -63,6 +63,10 @@ class ContextSettings:
     # At a line among a Python file's imports: the first line of each definition the workspace holds for a
     # name the file uses but does not bind, and the file's own path (`context.definitions`).
     import_definitions: bool = True
+    # The lines below the cursor's line, up to this many tokens, as a block before the file's text (Qwen's
+    # repository layout, under the file's path), where they stay cached while lines are typed above them. None:
+    # LINES_BELOW_TOKENS where the suffix holds fewer (`lines_below_tokens` below); 0 turns it off.
+    lines_below_tokens: int | None = None
 
 
 @dataclass
@@ -163,6 +167,22 @@ def affordable_suffix_tokens(info: BackendInfo, configured: int | None) -> int:
         return MIN_SUFFIX_TOKENS
     affordable = int(info.prompt_tokens_per_s * SUFFIX_READ_S)
     return max(MIN_SUFFIX_TOKENS, min(MOST_SUFFIX_TOKENS, affordable))
+
+
+# The lines below the cursor again, ahead of the prefix: the suffix a CPU re-reads at each new line holds 64
+# tokens, and the 1.5B writes better lines with 384 (above). Ahead of the prefix they are read once per place in
+# the file, not once per line. On 79 line starts each of openai-agents-python and google/adk-python (the 1.5B,
+# a CPU's prompt): 42% -> 49% and 42% -> 44% exact next line with 320 tokens there (docs/line-starts.md).
+LINES_BELOW_TOKENS = 320
+LINES_BELOW_SHARE = 0.25  # of the prompt's budget at most, so a prompt cut for time keeps its own lines
+
+
+def lines_below_tokens(suffix_tokens: int, configured: int | None) -> int:
+    """How many tokens of the lines below the cursor go ahead of the prefix: `configured` where the user set a
+    number, else LINES_BELOW_TOKENS where the suffix holds fewer, none where it holds as many (a GPU)."""
+    if configured is not None:
+        return configured
+    return LINES_BELOW_TOKENS if suffix_tokens < LINES_BELOW_TOKENS else 0
 
 
 def gate_threshold(info: BackendInfo, configured: float | None) -> float:
@@ -307,9 +327,16 @@ def build_completion_context(
     )
     name_file = bool(definitions)
     comment = spec.line_comment if spec else "#"
+    suffix_tokens = affordable_suffix_tokens(info, settings.max_suffix_tokens)
+    below_tokens = min(
+        lines_below_tokens(suffix_tokens, settings.lines_below_tokens), int(budget * LINES_BELOW_SHARE)
+    )
+    if template.order == "psm" and template.file_sep is not None and below_tokens > suffix_tokens:
+        below = lines_below(doc, offset, below_tokens, count_tokens)
+        if below:
+            snippets.append(Snippet(path, below))
     head = template.format("", "", snippets, comment, path, name_file)
     file_budget = budget - (count_tokens(head) if head else 0)
-    suffix_tokens = affordable_suffix_tokens(info, settings.max_suffix_tokens)
     prefix, suffix = _fit_file_text(doc, offset, file_budget, suffix_tokens, template, settings, count_tokens)
     prompt = template.format(prefix, suffix, snippets, comment, path, name_file)
     # Block boundaries are estimated per block; trim a block more in the rare case the joins add tokens.
@@ -333,6 +360,23 @@ def build_completion_context(
         forced_prefix=fragment,
         indent_style=style,
     )
+
+
+def lines_below(doc: Document, offset: int, budget: int, count_tokens: Callable[[str], int]) -> str:
+    """The whole lines after the cursor's line that fit in `budget` tokens; "" where the first does not. They
+    start at the next line, so typing on the cursor's line or opening a new one above them keeps them."""
+    line = doc.line_of(offset)
+    if line + 1 >= doc.line_count:
+        return ""
+    start = doc.line_start(line + 1)
+    kept: list[str] = []
+    used = 0
+    for text_line in doc.text[start : start + budget * MAX_CHARS_PER_TOKEN].splitlines(keepends=True):
+        used += count_tokens(text_line)
+        if used > budget:
+            break
+        kept.append(text_line)
+    return "".join(kept).rstrip("\n")
 
 
 def _import_definitions(

@@ -12,6 +12,7 @@ from engine.sequences import common_prefix_length
 from engine.tokens import SPECIAL_TOKENS
 from engine.train.tokenizer import train_code_tokenizer
 from lsp_server.context import ContextSettings, build_completion_context, detect_fim_template
+from lsp_server.context.builder import LINES_BELOW_TOKENS, lines_below, lines_below_tokens
 from lsp_server.context.fim import (
     BUNDLED,
     Snippet,
@@ -255,3 +256,58 @@ def test_typing_on_a_line_changes_only_the_end_of_a_psm_prompt() -> None:
     head = qwen.format("def f(x):\n    ", "\nprint(f(2))\n")
     for prompt in prompts:
         assert prompt.startswith(head)  # only the cursor's line, at the very end, grows
+
+
+def _qwen_store(text: str) -> tuple[DocumentStore, BackendInfo]:
+    store = DocumentStore()
+    store.open("file:///w/main.py", "python", 1, text)
+    return store, BackendInfo("fake", "t", None, tuple(FAMILY_TOKENS["qwen2.5-coder"]), 4096, "cpu")
+
+
+def test_the_lines_below_go_ahead_of_the_prefix_where_the_suffix_holds_few() -> None:
+    text = _source(300)
+    cursor = text.index("def function_150")
+    text = text[:cursor] + "\n" + text[cursor:]  # an empty line to type on
+    store, info = _qwen_store(text)
+    ctx = build_completion_context(store, "file:///w/main.py", cursor, info, ContextSettings(), _count)
+    below = text[cursor + 1 :]
+    head, _, rest = ctx.prompt.partition("<|fim_prefix|>")
+    assert head.startswith("<|file_sep|>w/main.py\n" + below[:200])  # from the line after the cursor's
+    block = head.removeprefix("<|file_sep|>w/main.py\n").removesuffix("\n")
+    assert below.startswith(block) and 0.8 * LINES_BELOW_TOKENS < _count(block) <= LINES_BELOW_TOKENS
+    assert _count(ctx.prompt) <= 1536
+    assert "<|fim_suffix|>" in rest  # the suffix a new line re-reads is still there, as before
+
+    # Where the suffix already holds as many tokens (a GPU), or the user turned it off: no block.
+    for settings in (ContextSettings(max_suffix_tokens=384), ContextSettings(lines_below_tokens=0)):
+        ctx = build_completion_context(store, "file:///w/main.py", cursor, info, settings, _count)
+        assert ctx.prompt.startswith("<|fim_prefix|>")
+    assert lines_below_tokens(64, None) == LINES_BELOW_TOKENS
+    assert lines_below_tokens(384, None) == 0
+    assert lines_below_tokens(384, 100) == 100
+
+
+def test_the_lines_below_stay_while_lines_are_typed_above_them() -> None:
+    text = _source(300)
+    cursor = text.index("def function_150")
+    text = text[:cursor] + "\n" + text[cursor:]
+    store, info = _qwen_store(text)
+    uri = "file:///w/main.py"
+    heads = set()
+    for version, ch in enumerate("x = 1\nreturn x\n", start=2):
+        line, character = store.position_at(uri, cursor)
+        store.change(uri, version, [TextChange((line, character, line, character), ch)])
+        cursor += 1
+        ctx = build_completion_context(store, uri, cursor, info, ContextSettings(), _count)
+        heads.add(ctx.prompt.partition("<|fim_prefix|>")[0])
+    assert len(heads) == 1  # the block, and with it the prompt's cached start, never changed
+
+
+def test_the_lines_below_are_whole_lines_within_their_budget() -> None:
+    store = DocumentStore()
+    store.open("file:///w/a.py", "python", 1, "a = 1\nb = 2\nc = 3\n")
+    doc = store.get("file:///w/a.py")
+    assert lines_below(doc, 0, 100, _count) == "b = 2\nc = 3"
+    assert lines_below(doc, 0, _count("b = 2\n"), _count) == "b = 2"
+    assert lines_below(doc, 0, 1, _count) == ""  # the first line does not fit
+    assert lines_below(doc, len(doc.text), 100, _count) == ""  # nothing below the last line

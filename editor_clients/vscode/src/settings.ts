@@ -39,6 +39,7 @@ export interface ServerSettings {
   minFirstLineProbability: number | null;
   importedFiles: boolean;
   importDefinitions: boolean;
+  linesBelowTokens: number | null;
 }
 
 type ServerKey = keyof ServerSettings;
@@ -79,6 +80,7 @@ export const SERVER_KEYS: readonly ServerKey[] = [
   "minFirstLineProbability",
   "importedFiles",
   "importDefinitions",
+  "linesBelowTokens",
 ];
 
 /** Changing one of these means the model (or the process) must be started again. */

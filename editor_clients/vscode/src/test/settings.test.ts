@@ -45,6 +45,7 @@ describe("settings -> initializationOptions", () => {
       minFirstLineProbability: null,
       importedFiles: false,
       importDefinitions: true,
+      linesBelowTokens: null,
     });
   });
 
@@ -109,7 +110,7 @@ describe("restart decision", () => {
     for (const key of ["target", "draft", "device", "dtype", "backend", "serverCommand", "serverArgs"]) {
       assert.equal(needsRestart(changed(key)), true, key);
     }
-    for (const key of ["maxNewTokens", "temperature", "debounceMs", "maxLines", "contextTokens", "suffixTokens"]) {
+    for (const key of ["maxNewTokens", "temperature", "debounceMs", "maxLines", "contextTokens", "suffixTokens", "linesBelowTokens"]) {
       assert.equal(needsRestart(changed(key)), false, key);
     }
   });
