@@ -6,7 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from engine.memory import peak_resident_mb
-from lsp_server.context.builder import affordable_suffix_tokens, full_prompt_tokens, gate_threshold
+from lsp_server.context.builder import (
+    affordable_suffix_tokens,
+    full_prompt_tokens,
+    gate_threshold,
+    lines_below_tokens,
+)
 from lsp_server.handlers.guard import field, guarded
 from lsp_server.language_server import SpeclsServer
 from lsp_server.scheduling.budget import first_line_fit
@@ -76,6 +81,12 @@ def stats_request(ls: SpeclsServer, params: Any) -> dict[str, Any]:
         affordable_suffix_tokens(info, context.max_suffix_tokens)
         if info is not None
         else context.max_suffix_tokens
+    )
+    # The lines below the cursor, ahead of the file's text where the suffix holds fewer (Qwen's layout).
+    result["lines_below_tokens"] = (
+        lines_below_tokens(result["suffix_tokens"], context.lines_below_tokens)
+        if info is not None
+        else context.lines_below_tokens
     )
     # The confidence gate: no suggestion whose first line holds a token less likely than this (0: none).
     result["first_line_gate"] = (

@@ -313,6 +313,17 @@ def test_doctor_warns_with_the_numbers_when_the_loaded_model_does_not_fit() -> N
     assert both.detail == (
         "fits: ...; prompts hold up to 4096 tokens; a line start re-reads up to 384 tokens after the cursor"
     )
+    (below,) = check_budget(
+        {
+            "keystroke_budget": {"fits": True, "detail": "fits: ..."},
+            "suffix_tokens": 64,
+            "lines_below_tokens": 320,
+        }
+    )
+    assert below.detail == (
+        "fits: ...; a line start re-reads up to 64 tokens after the cursor and keeps up to 320 tokens of the "
+        "lines below cached ahead of the file"
+    )
     (gated,) = check_budget(
         {"keystroke_budget": {"fits": True, "detail": "fits: ..."}, "first_line_gate": 0.3}
     )
@@ -342,6 +353,7 @@ def test_stats_say_which_model_runs_why_and_whether_it_fits() -> None:
     stats = stats_request(ls, None)
     assert stats["model_choice"] == "because"
     assert stats["suffix_tokens"] == 65  # what 650 tokens/s reads in 0.1 s (`suffixTokens` null, the default)
+    assert stats["lines_below_tokens"] == 320  # the suffix holds fewer: the lines below go ahead of the file
     assert stats["prompt_tokens"] == 1536  # it reads 260 from scratch in the at-rest second: the floor
     assert stats["first_line_gate"] == 0.0  # this model was never calibrated
     assert stats["keystroke_budget"]["fits"] is True and stats["keystroke_budget"]["detail"].startswith(

@@ -56,6 +56,9 @@ def check_budget(stats: dict[str, Any]) -> list[Check]:
         detail += f"; prompts hold up to {prompt} tokens"
     if suffix:
         detail += f"; a line start re-reads up to {suffix} tokens after the cursor"
+    below = stats.get("lines_below_tokens")
+    if below:
+        detail += f" and keeps up to {below} tokens of the lines below cached ahead of the file"
     gate = stats.get("first_line_gate")
     if gate:
         detail += (
