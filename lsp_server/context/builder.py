@@ -376,7 +376,7 @@ def lines_below(doc: Document, offset: int, budget: int, count_tokens: Callable[
         if used > budget:
             break
         kept.append(text_line)
-    return "".join(kept).rstrip("\n")
+    return "".join(kept).rstrip("\r\n")
 
 
 def _import_definitions(
