@@ -248,6 +248,7 @@ def score_model(
         max_lines=1 if config.first_line_only else None,
         overrides=config.setting_overrides,
     )
+    prompt_tokens = full_prompt_tokens(info, settings.context.max_prompt_tokens)
     suffix_tokens = affordable_suffix_tokens(info, settings.context.max_suffix_tokens)
     markers = marker_texts(info.special_tokens)
     outcomes: list[Outcome] = []
@@ -293,10 +294,12 @@ def score_model(
         if settings.context.prompt_shape != "auto"
         else info.prompt_shape,
         "template": _template_name(info, settings.context.prompt_shape),
-        "prompt_tokens": full_prompt_tokens(info, settings.context.max_prompt_tokens),
+        "prompt_tokens": prompt_tokens,
         "suffix_tokens": suffix_tokens,
         # Up to this many, and a quarter of the prompt, in templates with a file separator.
-        "lines_below_tokens": lines_below_tokens(suffix_tokens, settings.context.lines_below_tokens),
+        "lines_below_tokens": lines_below_tokens(
+            settings.context.lines_below_tokens, suffix_tokens, prompt_tokens
+        ),
         "summary": summarize(outcomes),
         "gate": gate_report(outcomes, default_gate_threshold(info)),
         "outcomes": [asdict(outcome) for outcome in outcomes],
@@ -678,7 +681,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--lines-below-tokens",
         type=non_negative,
         help="at most this many tokens of the lines below the cursor ahead of the file's text (the server's "
-        "linesBelowTokens; default: as the server chooses; 0: none)",
+        "linesBelowTokens; default 0: none)",
     )
     parser.add_argument(
         "--first-line",

@@ -64,9 +64,10 @@ class ContextSettings:
     # name the file uses but does not bind, and the file's own path (`context.definitions`).
     import_definitions: bool = True
     # The lines below the cursor's line, up to this many tokens, as a block before the file's text (Qwen's
-    # repository layout, under the file's path), where they stay cached while lines are typed above them. None:
-    # LINES_BELOW_TOKENS where the suffix holds fewer (`lines_below_tokens` below); 0 turns it off.
-    lines_below_tokens: int | None = None
+    # repository layout, under the file's path), where they stay cached while lines are typed above them; only
+    # where the suffix holds fewer (`lines_below_tokens` below). Off by default: it lifts the 1.5B's lines on a
+    # CPU's prompt, but cost the 0.5B's typist on an AVX2 CPU a fifth of its characters saved.
+    lines_below_tokens: int = 0
 
 
 @dataclass
@@ -169,20 +170,19 @@ def affordable_suffix_tokens(info: BackendInfo, configured: int | None) -> int:
     return max(MIN_SUFFIX_TOKENS, min(MOST_SUFFIX_TOKENS, affordable))
 
 
-# The lines below the cursor again, ahead of the prefix: the suffix a CPU re-reads at each new line holds 64
-# tokens, and the 1.5B writes better lines with 384 (above). Ahead of the prefix they are read once per place in
-# the file, not once per line. On 79 line starts each of openai-agents-python and google/adk-python (the 1.5B,
-# a CPU's prompt): 42% -> 49% and 42% -> 44% exact next line with 320 tokens there (docs/line-starts.md).
-LINES_BELOW_TOKENS = 320
-LINES_BELOW_SHARE = 0.25  # of the prompt's budget at most, so a prompt cut for time keeps its own lines
+# The lines below the cursor again, ahead of the prefix (`linesBelowTokens`): the suffix a CPU re-reads at each
+# new line holds 64 tokens, and the 1.5B writes better lines with 384 (above). Ahead of the prefix they are read
+# once per place in the file, not once per line. With 320 tokens there, on 79 line starts each of
+# openai-agents-python and google/adk-python (a CPU's prompt): the 1.5B 42% -> 51% and 42% -> 47% exact next
+# line, the 0.5B 37% -> 38% and 27% -> 27%; the 0.5B's typist on an AVX2 CPU saved 12.1% of characters instead
+# of 15.6% (docs/line-starts.md).
+LINES_BELOW_SHARE = 0.25  # of the prompt's budget at most: a prompt cut for time holds none
 
 
-def lines_below_tokens(suffix_tokens: int, configured: int | None) -> int:
-    """How many tokens of the lines below the cursor go ahead of the prefix: `configured` where the user set a
-    number, else LINES_BELOW_TOKENS where the suffix holds fewer, none where it holds as many (a GPU)."""
-    if configured is not None:
-        return configured
-    return LINES_BELOW_TOKENS if suffix_tokens < LINES_BELOW_TOKENS else 0
+def lines_below_tokens(configured: int, suffix_tokens: int, budget: int) -> int:
+    """How many tokens of the lines below the cursor go ahead of the prefix: `configured` where the suffix holds
+    fewer and the block fits in LINES_BELOW_SHARE of `budget`, else none."""
+    return configured if suffix_tokens < configured <= budget * LINES_BELOW_SHARE else 0
 
 
 def gate_threshold(info: BackendInfo, configured: float | None) -> float:
@@ -328,10 +328,8 @@ def build_completion_context(
     name_file = bool(definitions)
     comment = spec.line_comment if spec else "#"
     suffix_tokens = affordable_suffix_tokens(info, settings.max_suffix_tokens)
-    below_tokens = min(
-        lines_below_tokens(suffix_tokens, settings.lines_below_tokens), int(budget * LINES_BELOW_SHARE)
-    )
-    if template.order == "psm" and template.file_sep is not None and below_tokens > suffix_tokens:
+    below_tokens = lines_below_tokens(settings.lines_below_tokens, suffix_tokens, budget)
+    if template.order == "psm" and template.file_sep is not None and below_tokens:
         below = lines_below(doc, offset, below_tokens, count_tokens)
         if below:
             snippets.append(Snippet(path, below))

@@ -84,7 +84,7 @@ def stats_request(ls: SpeclsServer, params: Any) -> dict[str, Any]:
     )
     # The lines below the cursor, ahead of the file's text where the suffix holds fewer (Qwen's layout).
     result["lines_below_tokens"] = (
-        lines_below_tokens(result["suffix_tokens"], context.lines_below_tokens)
+        lines_below_tokens(context.lines_below_tokens, result["suffix_tokens"], result["prompt_tokens"])
         if info is not None
         else context.lines_below_tokens
     )

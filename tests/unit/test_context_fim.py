@@ -12,7 +12,7 @@ from engine.sequences import common_prefix_length
 from engine.tokens import SPECIAL_TOKENS
 from engine.train.tokenizer import train_code_tokenizer
 from lsp_server.context import ContextSettings, build_completion_context, detect_fim_template
-from lsp_server.context.builder import LINES_BELOW_TOKENS, lines_below, lines_below_tokens
+from lsp_server.context.builder import lines_below, lines_below_tokens
 from lsp_server.context.fim import (
     BUNDLED,
     Snippet,
@@ -264,27 +264,35 @@ def _qwen_store(text: str) -> tuple[DocumentStore, BackendInfo]:
     return store, BackendInfo("fake", "t", None, tuple(FAMILY_TOKENS["qwen2.5-coder"]), 4096, "cpu")
 
 
+BELOW = ContextSettings(lines_below_tokens=320)
+
+
 def test_the_lines_below_go_ahead_of_the_prefix_where_the_suffix_holds_few() -> None:
     text = _source(300)
     cursor = text.index("def function_150")
     text = text[:cursor] + "\n" + text[cursor:]  # an empty line to type on
     store, info = _qwen_store(text)
-    ctx = build_completion_context(store, "file:///w/main.py", cursor, info, ContextSettings(), _count)
+    ctx = build_completion_context(store, "file:///w/main.py", cursor, info, BELOW, _count)
     below = text[cursor + 1 :]
     head, _, rest = ctx.prompt.partition("<|fim_prefix|>")
     assert head.startswith("<|file_sep|>w/main.py\n" + below[:200])  # from the line after the cursor's
     block = head.removeprefix("<|file_sep|>w/main.py\n").removesuffix("\n")
-    assert below.startswith(block) and 0.8 * LINES_BELOW_TOKENS < _count(block) <= LINES_BELOW_TOKENS
+    assert below.startswith(block) and 0.8 * 320 < _count(block) <= 320
     assert _count(ctx.prompt) <= 1536
     assert "<|fim_suffix|>" in rest  # the suffix a new line re-reads is still there, as before
 
-    # Where the suffix already holds as many tokens (a GPU), or the user turned it off: no block.
-    for settings in (ContextSettings(max_suffix_tokens=384), ContextSettings(lines_below_tokens=0)):
+    # Off (the default); where the suffix already holds as many tokens (a GPU); in a prompt cut for time: none.
+    for settings in (
+        ContextSettings(),
+        ContextSettings(lines_below_tokens=320, max_suffix_tokens=384),
+        ContextSettings(lines_below_tokens=320, max_prompt_tokens=1000),
+    ):
         ctx = build_completion_context(store, "file:///w/main.py", cursor, info, settings, _count)
         assert ctx.prompt.startswith("<|fim_prefix|>")
-    assert lines_below_tokens(64, None) == LINES_BELOW_TOKENS
-    assert lines_below_tokens(384, None) == 0
-    assert lines_below_tokens(384, 100) == 100
+    assert lines_below_tokens(320, 64, 1536) == 320
+    assert lines_below_tokens(320, 384, 1536) == 0  # the suffix holds them already
+    assert lines_below_tokens(320, 64, 1000) == 0  # more than a quarter of the prompt
+    assert lines_below_tokens(0, 64, 1536) == 0
 
 
 def test_the_lines_below_stay_while_lines_are_typed_above_them() -> None:
@@ -298,7 +306,7 @@ def test_the_lines_below_stay_while_lines_are_typed_above_them() -> None:
         line, character = store.position_at(uri, cursor)
         store.change(uri, version, [TextChange((line, character, line, character), ch)])
         cursor += 1
-        ctx = build_completion_context(store, uri, cursor, info, ContextSettings(), _count)
+        ctx = build_completion_context(store, uri, cursor, info, BELOW, _count)
         heads.add(ctx.prompt.partition("<|fim_prefix|>")[0])
     assert len(heads) == 1  # the block, and with it the prompt's cached start, never changed
 

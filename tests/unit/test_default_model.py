@@ -353,7 +353,7 @@ def test_stats_say_which_model_runs_why_and_whether_it_fits() -> None:
     stats = stats_request(ls, None)
     assert stats["model_choice"] == "because"
     assert stats["suffix_tokens"] == 65  # what 650 tokens/s reads in 0.1 s (`suffixTokens` null, the default)
-    assert stats["lines_below_tokens"] == 320  # the suffix holds fewer: the lines below go ahead of the file
+    assert stats["lines_below_tokens"] == 0  # off by default (`linesBelowTokens`)
     assert stats["prompt_tokens"] == 1536  # it reads 260 from scratch in the at-rest second: the floor
     assert stats["first_line_gate"] == 0.0  # this model was never calibrated
     assert stats["keystroke_budget"]["fits"] is True and stats["keystroke_budget"]["detail"].startswith(

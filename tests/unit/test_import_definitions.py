@@ -49,9 +49,7 @@ def _context(path: Path, root: Path | None, offset: int, settings: ContextSettin
     store = DocumentStore()
     store.workspace = WorkspaceFiles([root]) if root is not None else None
     store.open(path.as_uri(), "python", 1, path.read_text())
-    # The lines below the cursor off: their own block is tested in test_context_fim.
-    settings = settings or ContextSettings(lines_below_tokens=0)
-    return build_completion_context(store, path.as_uri(), offset, QWEN, settings, _count)
+    return build_completion_context(store, path.as_uri(), offset, QWEN, settings or ContextSettings(), _count)
 
 
 def test_the_names_a_file_uses_but_does_not_bind() -> None:
@@ -163,7 +161,7 @@ def test_no_definitions_in_code_without_a_workspace_or_with_the_setting_off(tmp_
     for ctx in (
         _context(main, tmp_path, in_body),
         _context(main, None, at_import),
-        _context(main, tmp_path, at_import, ContextSettings(import_definitions=False, lines_below_tokens=0)),
+        _context(main, tmp_path, at_import, ContextSettings(import_definitions=False)),
     ):
         assert "scale_rows(matrix" not in ctx.prompt and "<|file_sep|>" not in ctx.prompt
         assert ctx.prompt.startswith("<|fim_prefix|>")

@@ -39,7 +39,7 @@ export interface ServerSettings {
   minFirstLineProbability: number | null;
   importedFiles: boolean;
   importDefinitions: boolean;
-  linesBelowTokens: number | null;
+  linesBelowTokens: number;
 }
 
 type ServerKey = keyof ServerSettings;
