@@ -301,32 +301,19 @@ def test_doctor_warns_with_the_numbers_when_the_loaded_model_does_not_fit() -> N
     assert (fits.status, fits.detail) == ("ok", "fits: ...")
     (slow,) = check_budget({"keystroke_budget": {"fits": False, "detail": "does not fit: 2.10 s"}})
     assert (slow.status, slow.detail) == ("warn", "does not fit: 2.10 s") and "--target" in slow.fix
-    (said,) = check_budget({"keystroke_budget": {"fits": True, "detail": "fits: ..."}, "suffix_tokens": 64})
+    fitting = {"keystroke_budget": {"fits": True, "detail": "fits: ..."}}
+    (said,) = check_budget({**fitting, "suffix_tokens": 64})
     assert said.detail == "fits: ...; a line start re-reads up to 64 tokens after the cursor"
-    (both,) = check_budget(
-        {
-            "keystroke_budget": {"fits": True, "detail": "fits: ..."},
-            "prompt_tokens": 4096,
-            "suffix_tokens": 384,
-        }
-    )
+    (both,) = check_budget({**fitting, "prompt_tokens": 4096, "suffix_tokens": 384})
     assert both.detail == (
         "fits: ...; prompts hold up to 4096 tokens; a line start re-reads up to 384 tokens after the cursor"
     )
-    (below,) = check_budget(
-        {
-            "keystroke_budget": {"fits": True, "detail": "fits: ..."},
-            "suffix_tokens": 64,
-            "lines_below_tokens": 320,
-        }
-    )
+    (below,) = check_budget({**fitting, "suffix_tokens": 64, "lines_below_tokens": 320})
     assert below.detail == (
         "fits: ...; a line start re-reads up to 64 tokens after the cursor and keeps up to 320 tokens of the "
         "lines below cached ahead of the file"
     )
-    (gated,) = check_budget(
-        {"keystroke_budget": {"fits": True, "detail": "fits: ..."}, "first_line_gate": 0.3}
-    )
+    (gated,) = check_budget({**fitting, "first_line_gate": 0.3})
     assert gated.detail == (
         "fits: ...; a suggestion shows only where each token of its first line has probability 0.3 or more"
     )
