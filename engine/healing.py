@@ -5,9 +5,11 @@ model rarely saw in training; it then tends to suggest lone letters instead of f
 fragment is taken out of the prompt and becomes a *forced prefix*: the first generated tokens must spell it
 (each one either finishes it or is a prefix of what is left), and it is removed from the completion text.
 
-Spaces and tabs before the cursor are healed the same way (a byte-level BPE attaches the last space to the next
-word, " return"). A forced text that ends in them is complete: the text after it must start with something
-other than whitespace, so the suggestion neither indents the line twice nor leaves it empty.
+Spaces, tabs and line breaks before the cursor are healed the same way (a byte-level BPE attaches the last space
+to the next word, " return", and a line break to the indentation after it). A forced text that ends in them is
+complete: after spaces or tabs the text must go on with something other than whitespace, so the suggestion
+neither indents the line twice nor leaves it empty; after a line break, with something other than another line
+break, so a suggestion at a line start does not begin with a blank line nobody typed (`banned_after`).
 
 The constraint masks the target's logits, in the plain loop and in the speculative loop alike, so greedy
 speculative output stays token-identical to plain greedy decoding under the same constraint, and sampled
@@ -25,7 +27,20 @@ import torch
 from engine.words import ASCII_WORD_CHARACTERS
 
 INDENT_CHARACTERS = " \t"
-WHITESPACE = " \t\r\n"
+LINE_BREAKS = "\r\n"
+WHITESPACE = INDENT_CHARACTERS + LINE_BREAKS
+
+
+def banned_after(text: str) -> str:
+    """The characters that may not come right after a forced `text`: any whitespace after a space or tab;
+    another line break after a line break (at a line start the 0.5B often asked for one more blank line, and
+    a suggestion whose first line is empty shows nothing); none after anything else."""
+    last = text[-1:]
+    if not last:
+        return ""
+    if last in INDENT_CHARACTERS:
+        return WHITESPACE
+    return LINE_BREAKS if last in LINE_BREAKS else ""
 
 
 class TokenTexts:
@@ -46,12 +61,9 @@ class TokenTexts:
         self._ids_by_text: dict[str, list[int]] = {}
         for text, token_id in usable:
             self._ids_by_text.setdefault(text, []).append(token_id)
-        self._allowed_cache: dict[tuple[str, bool], torch.Tensor] = {}
-        # Tokens that start with whitespace, byte fragments included (" \ufffd" still starts with a space).
-        self.whitespace_led_ids = torch.tensor(
-            [i for i, text in enumerate(self.texts) if i not in excluded and text[:1] in tuple(WHITESPACE)],
-            dtype=torch.long,
-        )
+        self._excluded = excluded
+        self._allowed_cache: dict[tuple[str, str], torch.Tensor] = {}
+        self._led_cache: dict[str, torch.Tensor] = {}
 
     @classmethod
     def from_tokenizer(cls, tokenizer: Any) -> TokenTexts:
@@ -70,11 +82,24 @@ class TokenTexts:
     def has_text(self, text: str) -> bool:
         return text in self._ids_by_text
 
-    def allowed_ids(self, remaining: str, word_follows: bool = False) -> torch.Tensor:
+    def led_ids(self, characters: str) -> torch.Tensor:
+        """Ids of tokens whose text starts with one of `characters`, byte fragments included (" \ufffd" still
+        starts with a space)."""
+        cached = self._led_cache.get(characters)
+        if cached is None:
+            led = [
+                i
+                for i, text in enumerate(self.texts)
+                if i not in self._excluded and _led_by(text, characters)
+            ]
+            cached = self._led_cache[characters] = torch.tensor(led, dtype=torch.long)
+        return cached
+
+    def allowed_ids(self, remaining: str, banned_next: str = "") -> torch.Tensor:
         """Ids of tokens that may come next while `remaining` is still to be spelled: tokens whose text starts
-        with all of it, or whose text is a proper prefix of it. With `word_follows`, a token that runs past
-        `remaining` must continue with something other than whitespace."""
-        key = (remaining, word_follows)
+        with all of it, or whose text is a proper prefix of it. A token that runs past `remaining` may not
+        continue with one of `banned_next` (`banned_after`)."""
+        key = (remaining, banned_next)
         cached = self._allowed_cache.get(key)
         if cached is not None:
             return cached
@@ -84,7 +109,7 @@ class TokenTexts:
             text = self._sorted_texts[index]
             if not text.startswith(remaining):
                 break
-            if not (word_follows and text[len(remaining) : len(remaining) + 1] in tuple(WHITESPACE)):
+            if not _led_by(text[len(remaining) :], banned_next):
                 ids.append(self._sorted_ids[index])
         for length in range(1, len(remaining)):
             ids.extend(self._ids_by_text.get(remaining[:length], ()))
@@ -95,6 +120,10 @@ class TokenTexts:
             self._allowed_cache.clear()
         self._allowed_cache[key] = allowed
         return allowed
+
+
+def _led_by(text: str, characters: str) -> bool:
+    return bool(text) and text[0] in characters
 
 
 def can_spell_words(token_texts: TokenTexts) -> bool:
@@ -119,9 +148,9 @@ class ForcedPrefix:
     agrees spells the whole fragment in one verify, and one that split it otherwise ("launch" for "la") is
     offered the tokenizer's spelling of the rest in the next.
 
-    A text that ends in a space or tab has one more constraint: the first character after it is not
-    whitespace. A token that runs past the text is checked with the text; when the text ends exactly at a
-    token boundary, the next token is checked (`awaits_word`).
+    A text that ends in whitespace has one more constraint: the first character after it is not one of
+    `banned_after(text)`. A token that runs past the text is checked with the text; when the text ends exactly
+    at a token boundary, the next token is checked (`awaits_next`).
     """
 
     def __init__(self, text: str, encode: Callable[[str], list[int]], token_texts: TokenTexts) -> None:
@@ -129,8 +158,8 @@ class ForcedPrefix:
         self.remaining = text
         self.encode = encode
         self.token_texts = token_texts
-        self.word_follows = text[-1:] in tuple(INDENT_CHARACTERS)
-        self.awaits_word = False  # the text is spelled exactly; the next token must not start with whitespace
+        self.banned_next = banned_after(text)
+        self.awaits_next = False  # the text is spelled exactly; the next token may not start with banned_next
         self.spelled_tokens = 0  # generated tokens that went into spelling the text (hidden from the result)
         self.overshoot = ""  # text of the last spelling token beyond the forced text ("rocess" for " subp")
 
@@ -142,7 +171,7 @@ class ForcedPrefix:
     @property
     def constraining(self) -> bool:
         """The next token is still constrained (spelling the text, or the token right after it)."""
-        return bool(self.remaining) or self.awaits_word
+        return bool(self.remaining) or self.awaits_next
 
     def lead_ids(self) -> list[int]:
         """The tokenizer's spelling of what is left, as a draft (empty when nothing is left)."""
@@ -158,10 +187,10 @@ class ForcedPrefix:
         if not self.constraining:
             return logits
         constrained = logits.clone()
-        remaining, awaits_word = self.remaining, self.awaits_word
+        remaining, awaits_next = self.remaining, self.awaits_next
         for row in range(logits.shape[0]):
             if remaining:
-                allowed = self.token_texts.allowed_ids(remaining, self.word_follows).to(logits.device)
+                allowed = self.token_texts.allowed_ids(remaining, self.banned_next).to(logits.device)
                 allowed = allowed[allowed < logits.shape[-1]]
                 masked = torch.full_like(constrained[row], float("-inf"))
                 masked[allowed] = constrained[row, allowed]
@@ -169,10 +198,10 @@ class ForcedPrefix:
                 if row >= len(path) or not bool((allowed == path[row]).any()):
                     break
                 token_text = self._text(path[row])
-                awaits_word = self.word_follows and token_text == remaining
+                awaits_next = bool(self.banned_next) and token_text == remaining
                 remaining = remaining_after(remaining, token_text) or ""
-            elif awaits_word:
-                banned = self.token_texts.whitespace_led_ids.to(logits.device)
+            elif awaits_next:
+                banned = self.token_texts.led_ids(self.banned_next).to(logits.device)
                 constrained[row, banned[banned < logits.shape[-1]]] = float("-inf")
                 break
             else:
@@ -185,10 +214,12 @@ class ForcedPrefix:
         spelled = 0
         for token_id in token_ids:
             text = self._text(token_id)
-            if self.awaits_word:
-                if text[:1] in tuple(WHITESPACE):
-                    raise AssertionError(f"token {token_id} was accepted but starts with whitespace")
-                self.awaits_word = False
+            if self.awaits_next:
+                if _led_by(text, self.banned_next):
+                    raise AssertionError(
+                        f"token {token_id} was accepted but starts with one of {self.banned_next!r}"
+                    )
+                self.awaits_next = False
                 break
             if not self.remaining:
                 break
@@ -197,7 +228,7 @@ class ForcedPrefix:
                 raise AssertionError(f"token {token_id} was accepted but does not spell {self.remaining!r}")
             if not left:
                 self.overshoot = text[len(self.remaining) :]
-                self.awaits_word = self.word_follows and not self.overshoot
+                self.awaits_next = bool(self.banned_next) and not self.overshoot
             self.remaining = left
             spelled += 1
         self.spelled_tokens += spelled

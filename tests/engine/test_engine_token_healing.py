@@ -18,6 +18,8 @@ CASES = (
     *((PROMPT, forced) for forced in (" self", " se", " return", " sel", " y")),
     *((LINE_START, forced) for forced in ("        ", "        se", "\t\t")),
     (LINE_START.rstrip("\n"), "\n        "),  # the line break too, as the context builder heals it
+    (LINE_START.rstrip("\n"), "\n"),  # a line start at column 0: no blank line first
+    (LINE_START.rstrip("\n"), "\n\n"),
     ("x =", " "),
 )
 WHITESPACE = " \t\r\n"
@@ -30,12 +32,13 @@ def _one_thread() -> None:
 
 def reference_constrained_greedy(model: torch.nn.Module, prompt: list[int], forced: str, n: int) -> list[int]:
     """Full forward per token, no cache; while `forced` is not spelled, only tokens that fit it may win. A
-    forced text that ends in a space or tab is followed by a character other than whitespace."""
+    forced text that ends in a space or tab is followed by a character other than whitespace; one that ends in a
+    line break, by a character other than a line break."""
     tok = tokenizer()
     texts = [tok.decode([tok.encode("a")[-1], i])[1:] for i in range(len(tok))]
     special = set(tok.all_special_ids)
-    word_follows = forced[-1:] in (" ", "\t")
-    ids, remaining, awaits_word = list(prompt), forced, False
+    banned_next = WHITESPACE if forced[-1:] in (" ", "\t") else "\r\n" if forced[-1:] == "\n" else ""
+    ids, remaining, awaits_next = list(prompt), forced, False
     with torch.inference_mode():
         for _ in range(n):
             logits = model(torch.tensor([ids])).logits[0, -1].float()
@@ -47,23 +50,23 @@ def reference_constrained_greedy(model: torch.nn.Module, prompt: list[int], forc
                     and text
                     and "\ufffd" not in text
                     and (text.startswith(remaining) or remaining.startswith(text))
-                    and not (word_follows and text[len(remaining) : len(remaining) + 1] in tuple(WHITESPACE))
+                    and (text[len(remaining) : len(remaining) + 1] or "-") not in tuple(banned_next)
                 ]
                 keep = torch.full_like(logits, float("-inf"))
                 keep[fits] = logits[fits]
                 logits = keep
-            elif awaits_word:
+            elif awaits_next:
                 banned = [
-                    i for i, text in enumerate(texts) if i not in special and text[:1] in tuple(WHITESPACE)
+                    i for i, text in enumerate(texts) if i not in special and (text[:1] or "-") in banned_next
                 ]
                 logits[banned] = float("-inf")
             token = int(logits.argmax())
             text = texts[token]
             if remaining:
-                awaits_word = word_follows and text == remaining
+                awaits_next = bool(banned_next) and text == remaining
                 remaining = "" if text.startswith(remaining) else remaining[len(text) :]
             else:
-                awaits_word = False
+                awaits_next = False
             ids.append(token)
     return ids[len(prompt) :]
 
@@ -86,6 +89,8 @@ def test_constrained_baseline_matches_the_no_cache_reference(arch: str) -> None:
         assert result.text == full[len(forced) :]  # what was typed already is not suggested again
         if forced[-1] in " \t":  # no second indentation, no empty first line
             assert result.text[:1] not in tuple(WHITESPACE), (forced, result.text)
+        if forced[-1] == "\n":  # no blank line first
+            assert result.text[:1] not in ("\n", "\r"), (forced, result.text)
         spelled = next(n for n in range(1, len(expected) + 1) if len(decode(expected[:n])) >= len(forced))
         assert result.stats.forced_tokens == spelled
 

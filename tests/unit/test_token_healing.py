@@ -6,7 +6,14 @@ import pytest
 import torch
 
 from engine.api import BackendInfo
-from engine.healing import ForcedPrefix, TokenTexts, can_spell_words, remaining_after
+from engine.healing import (
+    WHITESPACE,
+    ForcedPrefix,
+    TokenTexts,
+    banned_after,
+    can_spell_words,
+    remaining_after,
+)
 from lsp_server.context.builder import ContextSettings, build_completion_context, healed_fragment
 from lsp_server.documents import DocumentStore
 
@@ -119,12 +126,33 @@ def ws_encode(text: str) -> list[int]:
 
 
 def test_a_token_that_runs_past_forced_whitespace_must_continue_with_a_non_space() -> None:
-    assert WS_TEXTS.allowed_ids("  ", word_follows=True).tolist() == ws_ids(" ", "  ")
+    assert WS_TEXTS.allowed_ids("  ", WHITESPACE).tolist() == ws_ids(" ", "  ")
     # Without the rule, more spaces and a line break would do: that is the doubled indentation it prevents.
-    assert WS_TEXTS.allowed_ids("  ", word_follows=False).tolist() == ws_ids(
-        " ", "  ", "    ", "     ", "  \n", "   x"
-    )
-    assert WS_TEXTS.allowed_ids(" ", word_follows=True).tolist() == ws_ids(" ", " return")
+    assert WS_TEXTS.allowed_ids("  ").tolist() == ws_ids(" ", "  ", "    ", "     ", "  \n", "   x")
+    assert WS_TEXTS.allowed_ids(" ", WHITESPACE).tolist() == ws_ids(" ", " return")
+
+
+def test_what_may_not_follow_a_forced_text() -> None:
+    assert banned_after("    ") == banned_after("\n\t") == WHITESPACE
+    assert banned_after("\n") == banned_after("\n\n") == banned_after("x\r\n") == "\r\n"
+    assert banned_after(" sub") == banned_after("") == ""
+
+
+def test_after_a_forced_line_break_the_suggestion_may_indent_but_not_start_a_blank_line() -> None:
+    # 7 "\n"; 8 "  \n": a token spelling "\n" and more may go on with spaces, not with another line break.
+    vocab = ["<s>", "\n", "\n\n", "\n  ", "\n\n\n", "  ", "x", "\r\n"]
+    texts = TokenTexts(vocab, excluded_ids=[0])
+    assert texts.allowed_ids("\n", banned_after("\n")).tolist() == [1, 3]
+    assert texts.allowed_ids("\n\n", banned_after("\n\n")).tolist() == [1, 2]
+    forced = ForcedPrefix("\n\n", lambda text: [2] if text == "\n\n" else [1], texts)
+    logits = torch.zeros(2, len(vocab))
+    out = forced.constrain(logits, [2])
+    assert torch.isfinite(out[0]).nonzero().flatten().tolist() == [1, 2]
+    # Spelled exactly: the next token may be indentation, a word or the end of text, not a line break.
+    assert torch.isfinite(out[1]).nonzero().flatten().tolist() == [0, 5, 6]
+    assert forced.advance([2]) == 1 and forced.awaits_next
+    with pytest.raises(AssertionError):
+        forced.advance([7])
 
 
 def test_after_exactly_spelled_whitespace_the_next_token_may_not_start_with_whitespace() -> None:
@@ -136,7 +164,7 @@ def test_after_exactly_spelled_whitespace_the_next_token_may_not_start_with_whit
     # The special token (end of text) stays allowed: an empty suggestion is a fair answer.
     assert torch.isfinite(out[2]).nonzero().flatten().tolist() == ws_ids("<s>", "return", "x")
     assert forced.advance([WS_VOCAB.index("  "), WS_VOCAB.index("  ")]) == 2
-    assert not forced.active and forced.awaits_word and forced.constraining
+    assert not forced.active and forced.awaits_next and forced.constraining
     with pytest.raises(AssertionError):
         forced.advance([WS_VOCAB.index(" return")])
     assert forced.advance([WS_VOCAB.index("return")]) == 0  # visible text, not part of the spelling
@@ -149,7 +177,7 @@ def test_a_word_fragment_or_an_overshoot_leaves_the_next_token_free() -> None:
     forced.advance([WS_VOCAB.index("   x")])
     assert forced.overshoot == " x" and not forced.constraining
     word = ForcedPrefix("    x", ws_encode, WS_TEXTS)
-    assert not word.word_follows
+    assert not word.banned_next
     word.advance([WS_VOCAB.index("    "), WS_VOCAB.index("x")])
     assert not word.constraining
 
