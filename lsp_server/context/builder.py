@@ -367,14 +367,16 @@ def lines_below(doc: Document, offset: int, budget: int, count_tokens: Callable[
     if line + 1 >= doc.line_count:
         return ""
     start = doc.line_start(line + 1)
-    kept: list[str] = []
-    used = 0
-    for text_line in doc.text[start : start + budget * MAX_CHARS_PER_TOKEN].splitlines(keepends=True):
-        used += count_tokens(text_line)
-        if used > budget:
-            break
-        kept.append(text_line)
-    return "".join(kept).rstrip("\r\n")
+    lines = doc.text[start : start + budget * MAX_CHARS_PER_TOKEN].splitlines(keepends=True)
+    # The most whole lines that fit, by bisection: a handful of encodes instead of one per line.
+    fitting, too_many = 0, len(lines) + 1
+    while too_many - fitting > 1:
+        middle = (fitting + too_many) // 2
+        if count_tokens("".join(lines[:middle])) <= budget:
+            fitting = middle
+        else:
+            too_many = middle
+    return "".join(lines[:fitting]).rstrip("\r\n")
 
 
 def _import_definitions(
