@@ -74,16 +74,28 @@ def _bracket_events(text: str, line_comment: str) -> list[tuple[int, str]]:
 
 def unmatched_closers(text: str, line_comment: str = "") -> list[str]:
     """Closing brackets in `text` that close something opened before it, in order: ")}" -> [")", "}"]."""
+    return [ch for _, ch in unmatched_closer_events(text, line_comment)]
+
+
+def unmatched_closer_events(text: str, line_comment: str = "") -> list[tuple[int, str]]:
+    """(index, bracket) for each closing bracket in `text` that closes something opened before it."""
     stack: list[str] = []
     result = []
-    for _, ch in _bracket_events(text, line_comment):
+    for index, ch in _bracket_events(text, line_comment):
         if ch in OPENERS:
             stack.append(ch)
         elif stack and stack[-1] == MATCHING[ch]:
             stack.pop()
         elif not stack:
-            result.append(ch)
+            result.append((index, ch))
     return result
+
+
+def leading_indent(text: str, index: int, tab_size: int = 4) -> int | None:
+    """The indentation width of the line of `text` holding `index`, where only indentation comes before it on
+    that line; else None."""
+    before = text[text.rfind("\n", 0, index) + 1 : index]
+    return None if before.strip() else indent_width(before, tab_size)
 
 
 # Degeneration guard (rule 6). A small model that loses its way loops: the same line again and again, or a
@@ -176,6 +188,8 @@ class SyntaxStopRules:
     literal: LiteralKind | None = None  # the comment or docstring the cursor is in (prose is allowed there)
     min_first_line_probability: float = 0.0  # rule 9's threshold; 0: off
     suffix_closers: list[str] = field(init=False)
+    # The indentation of the suffix's first closer where it starts a line below the cursor's (else None).
+    suffix_closer_indent: int | None = field(init=False)
     rest_of_line: str = field(init=False)
     next_line: str = field(init=False)
     # Names of the rules that cut this completion, for the server's statistics ("repetition" is rule 6).
@@ -190,7 +204,11 @@ class SyntaxStopRules:
         # Inside a comment or docstring the suffix starts in prose, which a lexer cannot pair with the code
         # after it: only the rest of the line counts there.
         scanned = self.suffix[:4000] if self.literal is None else line_rest
-        self.suffix_closers = unmatched_closers(scanned, self.line_comment)
+        closers = unmatched_closer_events(scanned, self.line_comment)
+        self.suffix_closers = [ch for _, ch in closers]
+        first = closers[0][0] if closers else -1
+        below = first_newline != -1 and first > first_newline
+        self.suffix_closer_indent = leading_indent(scanned, first, self.tab_size) if below else None
         self.rest_of_line = line_rest.strip()
         self.next_line = ""
         if first_newline != -1:
@@ -284,7 +302,13 @@ class SyntaxStopRules:
                 stack.pop()
             else:
                 # The first bracket closing something opened before the cursor: the suffix has it already?
-                return index if ch == self.suffix_closers[0] else None
+                # Not where both start their lines at different indentation: the completion closes a nested
+                # call on its own line, the suffix's line the one around it.
+                if ch != self.suffix_closers[0]:
+                    return None
+                own = leading_indent(self.line_before + text, len(self.line_before) + index, self.tab_size)
+                differ = own is not None and self.suffix_closer_indent not in (None, own)
+                return None if differ else index
         return None
 
     # 5
@@ -314,6 +338,8 @@ class SyntaxStopRules:
         if newline == -1 and not final:
             return False  # the first line may still grow
         first = text if newline == -1 else text[:newline]
+        if _only_punctuation(first.strip()):
+            return False  # a line of brackets under one like it is rule 4's to judge, by their indentation
         return repeats_neighbour(first, self.line_before, self.rest_of_line, self.next_line)
 
     # 9

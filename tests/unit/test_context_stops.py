@@ -62,6 +62,15 @@ CASES = [
     ("python", "def f(x):\n    if █ > 0:\n", "not x > 0:", "not x"),
     ("python", "x = █\n", "compute()   \nmore()", "compute()"),
     ("python", "x = [█]\n", '"a]b", 1]', '"a]b", 1'),
+    # A line closing a nested call, above the suffix's line closing the outer one: indented apart, both kept
+    (
+        "python",
+        "x = Part(\n    root=FilePart(\n        file=f,\n█\n)\n",
+        "    )\n",
+        "    )",
+    ),
+    # ... at the suffix's own indentation, it is the suffix's bracket: not generated twice
+    ("python", "x = Part(\n    root=f,\n█\n)\n", ")\n", ""),
     # A docstring later in the file is prose: its apostrophe and bracket close nothing opened before the cursor
     (
         "python",
