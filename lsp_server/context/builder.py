@@ -274,6 +274,7 @@ def build_completion_context(
         mode=mode,
         line_before=line_before,
         suffix=text[offset : offset + 4000],
+        prefix=text[max(0, offset - 4000) : offset],
         block_indent=block_indent_at(text, offset, line_before, settings.tab_size),
         indent_blocks=spec.indent_blocks if spec else False,
         max_lines=settings.max_lines,

@@ -91,6 +91,19 @@ def unmatched_closer_events(text: str, line_comment: str = "") -> list[tuple[int
     return result
 
 
+def innermost_open_indent(text: str, line_comment: str = "", tab_size: int = 4) -> int | None:
+    """The indentation of the line holding the innermost bracket `text` leaves open, or None."""
+    openers: list[int] = []
+    for index, ch in _bracket_events(text, line_comment):
+        if ch in OPENERS:
+            openers.append(index)
+        elif openers:
+            openers.pop()
+    if not openers:
+        return None
+    return indent_width(text[text.rfind("\n", 0, openers[-1]) + 1 :], tab_size)
+
+
 def leading_indent(text: str, index: int, tab_size: int = 4) -> int | None:
     """The indentation width of the line of `text` holding `index`, where only indentation comes before it on
     that line; else None."""
@@ -188,8 +201,11 @@ class SyntaxStopRules:
     literal: LiteralKind | None = None  # the comment or docstring the cursor is in (prose is allowed there)
     min_first_line_probability: float = 0.0  # rule 9's threshold; 0: off
     suffix_closers: list[str] = field(init=False)
-    # The indentation of the suffix's first closer where it starts a line below the cursor's (else None).
+    prefix: str = ""  # the text before the cursor, its last few thousand characters
+    # The indentation of the suffix's first closer where it starts a line below the cursor's (else None), and
+    # of the line that opened the innermost bracket still open at the cursor (else None).
     suffix_closer_indent: int | None = field(init=False)
+    open_indent: int | None = field(init=False)
     rest_of_line: str = field(init=False)
     next_line: str = field(init=False)
     # Names of the rules that cut this completion, for the server's statistics ("repetition" is rule 6).
@@ -209,6 +225,9 @@ class SyntaxStopRules:
         first = closers[0][0] if closers else -1
         below = first_newline != -1 and first > first_newline
         self.suffix_closer_indent = leading_indent(scanned, first, self.tab_size) if below else None
+        newline = self.prefix.find("\n")  # a window that starts mid-line starts at the next line
+        whole_lines = self.prefix if newline == -1 or self.prefix.startswith("\n") else self.prefix[newline:]
+        self.open_indent = innermost_open_indent(whole_lines, self.line_comment, self.tab_size)
         self.rest_of_line = line_rest.strip()
         self.next_line = ""
         if first_newline != -1:
@@ -302,13 +321,13 @@ class SyntaxStopRules:
                 stack.pop()
             else:
                 # The first bracket closing something opened before the cursor: the suffix has it already?
-                # Not where both start their lines at different indentation: the completion closes a nested
-                # call on its own line, the suffix's line the one around it.
+                # Not where the suffix's closer starts a line indented less than the line that opened the
+                # bracket: formatted code closes it at that line's indentation, so the suffix's is an outer one's.
                 if ch != self.suffix_closers[0]:
                     return None
-                own = leading_indent(self.line_before + text, len(self.line_before) + index, self.tab_size)
-                differ = own is not None and self.suffix_closer_indent not in (None, own)
-                return None if differ else index
+                closer, opener = self.suffix_closer_indent, self.open_indent
+                outer = closer is not None and opener is not None and closer < opener
+                return None if outer else index
         return None
 
     # 5

@@ -69,8 +69,9 @@ CASES = [
         "    )\n",
         "    )",
     ),
-    # ... at the suffix's own indentation, it is the suffix's bracket: not generated twice
+    # ... where the suffix's closer is at the opening line's indentation, it is that bracket's: not written twice
     ("python", "x = Part(\n    root=f,\n█\n)\n", ")\n", ""),
+    ("python", "    raise E(\n        message=m,\n        █\n    )\n", ")\n", ""),
     # A docstring later in the file is prose: its apostrophe and bracket close nothing opened before the cursor
     (
         "python",
