@@ -18,8 +18,8 @@ CASES = (
     *((PROMPT, forced) for forced in (" self", " se", " return", " sel", " y")),
     *((LINE_START, forced) for forced in ("        ", "        se", "\t\t")),
     (LINE_START.rstrip("\n"), "\n        "),  # the line break too, as the context builder heals it
-    (LINE_START.rstrip("\n"), "\n"),  # a line start at column 0: no blank line first
-    (LINE_START.rstrip("\n"), "\n\n"),
+    (LINE_START.rstrip("\n"), "\n\n\n"),  # after two blank lines, no third
+    (LINE_START.rstrip("\n"), "\n\n"),  # after one, the model may still open a second
     ("x =", " "),
 )
 WHITESPACE = " \t\r\n"
@@ -32,12 +32,12 @@ def _one_thread() -> None:
 
 def reference_constrained_greedy(model: torch.nn.Module, prompt: list[int], forced: str, n: int) -> list[int]:
     """Full forward per token, no cache; while `forced` is not spelled, only tokens that fit it may win. A
-    forced text that ends in a space or tab is followed by a character other than whitespace; one that ends in a
-    line break, by a character other than a line break."""
+    forced text that ends in a space or tab is followed by a character other than whitespace; one that ends in
+    two blank lines, by a character other than a line break."""
     tok = tokenizer()
     texts = [tok.decode([tok.encode("a")[-1], i])[1:] for i in range(len(tok))]
     special = set(tok.all_special_ids)
-    banned_next = WHITESPACE if forced[-1:] in (" ", "\t") else "\r\n" if forced[-1:] == "\n" else ""
+    banned_next = WHITESPACE if forced[-1:] in (" ", "\t") else "\r\n" if forced.endswith("\n\n\n") else ""
     ids, remaining, awaits_next = list(prompt), forced, False
     with torch.inference_mode():
         for _ in range(n):
@@ -89,7 +89,7 @@ def test_constrained_baseline_matches_the_no_cache_reference(arch: str) -> None:
         assert result.text == full[len(forced) :]  # what was typed already is not suggested again
         if forced[-1] in " \t":  # no second indentation, no empty first line
             assert result.text[:1] not in tuple(WHITESPACE), (forced, result.text)
-        if forced[-1] == "\n":  # no blank line first
+        if forced.endswith("\n\n\n"):  # no third blank line
             assert result.text[:1] not in ("\n", "\r"), (forced, result.text)
         spelled = next(n for n in range(1, len(expected) + 1) if len(decode(expected[:n])) >= len(forced))
         assert result.stats.forced_tokens == spelled

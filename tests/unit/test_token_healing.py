@@ -134,25 +134,31 @@ def test_a_token_that_runs_past_forced_whitespace_must_continue_with_a_non_space
 
 def test_what_may_not_follow_a_forced_text() -> None:
     assert banned_after("    ") == banned_after("\n\t") == WHITESPACE
-    assert banned_after("\n") == banned_after("\n\n") == banned_after("x\r\n") == "\r\n"
-    assert banned_after(" sub") == banned_after("") == ""
+    # A line break after two blank lines; after fewer the model may still open one (a method ends, one follows).
+    assert banned_after("\n\n\n") == banned_after("\n  \n\r\n\n") == "\r\n"
+    assert banned_after("\n") == banned_after("\n\n") == banned_after(" sub") == banned_after("") == ""
 
 
-def test_after_a_forced_line_break_the_suggestion_may_indent_but_not_start_a_blank_line() -> None:
-    # 7 "\n"; 8 "  \n": a token spelling "\n" and more may go on with spaces, not with another line break.
-    vocab = ["<s>", "\n", "\n\n", "\n  ", "\n\n\n", "  ", "x", "\r\n"]
+def test_after_two_blank_lines_the_suggestion_may_indent_but_not_open_a_third() -> None:
+    vocab = ["<s>", "\n", "\n\n", "\n  ", "\n\n\n", "  ", "x", "\r\n", "\n\n\n\n"]
     texts = TokenTexts(vocab, excluded_ids=[0])
-    assert texts.allowed_ids("\n", banned_after("\n")).tolist() == [1, 3]
-    assert texts.allowed_ids("\n\n", banned_after("\n\n")).tolist() == [1, 2]
-    forced = ForcedPrefix("\n\n", lambda text: [2] if text == "\n\n" else [1], texts)
+    banned = banned_after("\n\n\n")
+    # A token spelling all of it and more may go on with spaces, not with another line break.
+    assert texts.allowed_ids("\n\n\n", banned).tolist() == [1, 2, 4]
+    assert texts.allowed_ids("\n\n\n", "").tolist() == [1, 2, 4, 8]
+    forced = ForcedPrefix("\n\n\n", lambda text: [4] if text == "\n\n\n" else [1] * len(text), texts)
     logits = torch.zeros(2, len(vocab))
-    out = forced.constrain(logits, [2])
-    assert torch.isfinite(out[0]).nonzero().flatten().tolist() == [1, 2]
+    out = forced.constrain(logits, [4])
+    assert torch.isfinite(out[0]).nonzero().flatten().tolist() == [1, 2, 4]
     # Spelled exactly: the next token may be indentation, a word or the end of text, not a line break.
     assert torch.isfinite(out[1]).nonzero().flatten().tolist() == [0, 5, 6]
-    assert forced.advance([2]) == 1 and forced.awaits_next
+    assert forced.advance([4]) == 1 and forced.awaits_next
     with pytest.raises(AssertionError):
         forced.advance([7])
+    # After one blank line nothing more is asked of the next token.
+    once = ForcedPrefix("\n\n", lambda text: [2], texts)
+    once.advance([2])
+    assert not once.constraining
 
 
 def test_after_exactly_spelled_whitespace_the_next_token_may_not_start_with_whitespace() -> None:
