@@ -33,8 +33,8 @@ WHITESPACE = INDENT_CHARACTERS + LINE_BREAKS
 
 # Blank lines in a row that code has at most (PEP 8's two between top-level definitions; other style guides
 # allow fewer). After them a suggestion starts with code: on 79 line starts of google/adk-python the 0.5B asked
-# for a third blank line at 3, and a suggestion whose first line is empty shows nothing there. After fewer, the
-# model's wish for a blank line stands: at the end of a method, the next one often follows one.
+# for a third blank line at 3, a first line with nothing on it (docs/line-starts.md). After fewer, the model's
+# wish for a blank line stands: where a block ends, the right next text often starts with one.
 MOST_BLANK_LINES = 2
 
 
