@@ -174,8 +174,8 @@ def affordable_suffix_tokens(info: BackendInfo, configured: int | None) -> int:
 # new line holds 64 tokens, and the 1.5B writes better lines with 384 (above). Ahead of the prefix they are read
 # once per place in the file, not once per line. With 320 tokens there, on 79 line starts each of
 # openai-agents-python and google/adk-python (a CPU's prompt): the 1.5B 42% -> 51% and 42% -> 47% exact next
-# line (29% -> 26% on this project's files), the 0.5B 37% -> 38% and 27% -> 27%; the 0.5B's typist on an AVX2 CPU saved 12.1% of characters instead
-# of 15.6% (docs/line-starts.md).
+# line (29% -> 26% on this project's files), the 0.5B 37% -> 38% and 27% -> 27%; the 0.5B's typist on an AVX2
+# CPU saved 12.1% of characters instead of 15.6% in one run each (docs/line-starts.md).
 LINES_BELOW_SHARE = 0.25  # of the prompt's budget at most: a prompt cut for time holds none
 
 

@@ -99,16 +99,18 @@ def innermost_open_indent(text: str, line_comment: str = "", tab_size: int = 4) 
             openers.append(index)
         elif openers:
             openers.pop()
-    if not openers:
-        return None
-    return indent_width(text[text.rfind("\n", 0, openers[-1]) + 1 :], tab_size)
+    return _line_indent(text, openers[-1], tab_size) if openers else None
 
 
 def leading_indent(text: str, index: int, tab_size: int = 4) -> int | None:
     """The indentation width of the line of `text` holding `index`, where only indentation comes before it on
     that line; else None."""
     before = text[text.rfind("\n", 0, index) + 1 : index]
-    return None if before.strip() else indent_width(before, tab_size)
+    return None if before.strip() else _line_indent(text, index, tab_size)
+
+
+def _line_indent(text: str, index: int, tab_size: int) -> int:
+    return indent_width(text[text.rfind("\n", 0, index) + 1 :], tab_size)
 
 
 # Degeneration guard (rule 6). A small model that loses its way loops: the same line again and again, or a
@@ -225,9 +227,13 @@ class SyntaxStopRules:
         first = closers[0][0] if closers else -1
         below = first_newline != -1 and first > first_newline
         self.suffix_closer_indent = leading_indent(scanned, first, self.tab_size) if below else None
-        newline = self.prefix.find("\n")  # a window that starts mid-line starts at the next line
-        whole_lines = self.prefix if newline == -1 or self.prefix.startswith("\n") else self.prefix[newline:]
-        self.open_indent = innermost_open_indent(whole_lines, self.line_comment, self.tab_size)
+        self.open_indent = None
+        if (
+            self.suffix_closer_indent is not None
+        ):  # rule 4 reads it only then: no prefix scan per request else
+            newline = self.prefix.find("\n")  # a window that starts mid-line starts at the next line
+            whole_lines = self.prefix if newline <= 0 else self.prefix[newline:]
+            self.open_indent = innermost_open_indent(whole_lines, self.line_comment, self.tab_size)
         self.rest_of_line = line_rest.strip()
         self.next_line = ""
         if first_newline != -1:
