@@ -17,6 +17,7 @@ PLUGINS = (
     "bench.draft_length",
     "bench.keystrokes_command",
     "bench.lines",
+    "bench.lines_compare",
     "bench.infill",
     "bench.decode_speed",
     "bench.prompt_reuse",

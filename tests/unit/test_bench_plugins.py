@@ -15,6 +15,7 @@ SMOKE_ARGUMENTS = {
     "draft-length": ["--fixed-lengths", "2,4"],
     "keystrokes": ["--chars", "10"],
     "lines": ["--positions", "2"],
+    "lines-compare": ["before.json", "after.json"],
     "infill": ["--tasks", "2"],
     "decode-speed": ["--target", "/tmp/model", "--engines", "lean-fp32", "--prefill-lengths", "8,16"],
     "prompt-reuse": [],
