@@ -4,6 +4,7 @@ plug-in joins it once that module's `--peer` work has landed)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -69,6 +70,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
         help="the server's log level (default WARNING; INFO logs each warm-up and growth, for finding out why)",
     )
+    parser.add_argument(
+        "--repeat",
+        type=positive,
+        default=1,
+        help="type it all this many times in a row: each run's files (tag-run1, ...) and a table of their "
+        "headline measures with mean and spread (tag-repeats); one run's figures move with the machine",
+    )
     add_output_arguments(parser)
 
 
@@ -115,9 +123,24 @@ def command(args: argparse.Namespace) -> int:
         peer=args.peer,
         server_log_level=args.server_log_level,
     )
-    try:
-        result = run_keystrokes(config, progress=not args.quiet)
-    except (RuntimeError, TimeoutError, ValueError) as exc:
-        print(f"specls bench: {exc}", file=sys.stderr)
-        return 1
-    return print_paths(write_report(result, config.out, config.tag))
+    if args.repeat == 1:
+        try:
+            result = run_keystrokes(config, progress=not args.quiet)
+        except (RuntimeError, TimeoutError, ValueError) as exc:
+            print(f"specls bench: {exc}", file=sys.stderr)
+            return 1
+        return print_paths(write_report(result, config.out, config.tag))
+    from bench.keystrokes_repeats import write_repeats
+
+    results, written = [], []
+    for run in range(1, args.repeat + 1):
+        tag = f"{config.tag}-run{run}"
+        try:
+            result = run_keystrokes(dataclasses.replace(config, tag=tag), progress=not args.quiet)
+        except (RuntimeError, TimeoutError, ValueError) as exc:
+            print(f"specls bench: run {run}: {exc}", file=sys.stderr)
+            return 1
+        results.append(result)
+        written += write_report(result, config.out, tag)
+    run_files = [f"keystrokes-{config.tag}-run{run}.md" for run in range(1, args.repeat + 1)]
+    return print_paths(written + write_repeats(config.out, config.tag, results, run_files))
