@@ -228,9 +228,9 @@ class SyntaxStopRules:
         below = first_newline != -1 and first > first_newline
         self.suffix_closer_indent = leading_indent(scanned, first, self.tab_size) if below else None
         self.open_indent = None
-        if (
-            self.suffix_closer_indent is not None
-        ):  # rule 4 reads it only then: no prefix scan per request else
+        # Rule 4 reads the innermost open bracket only where the suffix's closer starts a line: no prefix scan
+        # per request elsewhere.
+        if self.suffix_closer_indent is not None:
             newline = self.prefix.find("\n")  # a window that starts mid-line starts at the next line
             whole_lines = self.prefix if newline <= 0 else self.prefix[newline:]
             self.open_indent = innermost_open_indent(whole_lines, self.line_comment, self.tab_size)
