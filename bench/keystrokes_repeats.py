@@ -1,5 +1,5 @@
-"""Repeated runs of `specls bench keystrokes` (`--repeat N`): the same typing N times in a row, each run its own
-result files, and one table of their headline measures with the mean and the spread.
+"""Repeated runs of `specls bench keystrokes` (`--repeat N`): the same typing N times in a row, each run with a
+fresh server and its own result files, and one table of their headline measures with the mean and the spread.
 
 One run's figures move with the machine: three runs of the same code on a 2-core Xeon spanned 13 points of
 ghost text and 2.4 points of characters saved (docs/line-starts.md). A change judged by the typist needs its
@@ -87,7 +87,7 @@ def repeats_markdown(tag: str, files: Sequence[str], table: dict[str, dict[str, 
     listed = ", ".join(f"`{name}`" for name in files)
     return (
         f"# Keystroke replay, {runs} runs in a row ({tag})\n\n"
-        f"The same typing, one run after another in one process; each run's report: {listed}.\n\n"
+        f"The same typing, one run after another, each with a fresh server; each run's report: {listed}.\n\n"
         + markdown_table(header, rows)
         + "\n"
     )
