@@ -206,6 +206,17 @@ def test_pick_offsets_spreads_over_suggestions() -> None:
     assert offsets[0] < 10 and offsets[-1] > 30
 
 
+def test_pick_offsets_without_suggestions_takes_word_and_line_ends() -> None:
+    # Every key overtaken (a slow machine): no suggestion anywhere, yet the speed-up still gets its prompts.
+    keys = "def f(a):\n    return a\n"
+    events = [_event(i, i + 1, 5.0, "") for i in range(len(keys))]
+    for event, key in zip(events, keys, strict=True):
+        event.key = key
+    offsets = pick_offsets(events, 2)
+    assert len(offsets) == 2 and all(not keys[offset - 1].isalnum() for offset in offsets)
+    assert pick_offsets([], 2) == []
+
+
 def test_one_line_hides_control_characters() -> None:
     assert one_line("a\nb\x1b[2Jc\x08", 50) == "a⏎b·[2Jc·"
     assert one_line("abcdefgh", 5) == "abcd…"
