@@ -99,18 +99,16 @@ def innermost_open_indent(text: str, line_comment: str = "", tab_size: int = 4) 
             openers.append(index)
         elif openers:
             openers.pop()
-    return _line_indent(text, openers[-1], tab_size) if openers else None
+    if not openers:
+        return None
+    return indent_width(text[text.rfind("\n", 0, openers[-1]) + 1 :], tab_size)
 
 
 def leading_indent(text: str, index: int, tab_size: int = 4) -> int | None:
     """The indentation width of the line of `text` holding `index`, where only indentation comes before it on
     that line; else None."""
     before = text[text.rfind("\n", 0, index) + 1 : index]
-    return None if before.strip() else _line_indent(text, index, tab_size)
-
-
-def _line_indent(text: str, index: int, tab_size: int) -> int:
-    return indent_width(text[text.rfind("\n", 0, index) + 1 :], tab_size)
+    return None if before.strip() else indent_width(before, tab_size)
 
 
 # Degeneration guard (rule 6). A small model that loses its way loops: the same line again and again, or a
