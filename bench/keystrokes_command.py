@@ -123,24 +123,19 @@ def command(args: argparse.Namespace) -> int:
         peer=args.peer,
         server_log_level=args.server_log_level,
     )
-    if args.repeat == 1:
-        try:
-            result = run_keystrokes(config, progress=not args.quiet)
-        except (RuntimeError, TimeoutError, ValueError) as exc:
-            print(f"specls bench: {exc}", file=sys.stderr)
-            return 1
-        return print_paths(write_report(result, config.out, config.tag))
-    from bench.keystrokes_repeats import write_repeats
-
+    single = args.repeat == 1
+    tags = [config.tag] if single else [f"{config.tag}-run{run}" for run in range(1, args.repeat + 1)]
     results, written = [], []
-    for run in range(1, args.repeat + 1):
-        tag = f"{config.tag}-run{run}"
+    for run, tag in enumerate(tags, start=1):
         try:
             result = run_keystrokes(dataclasses.replace(config, tag=tag), progress=not args.quiet)
         except (RuntimeError, TimeoutError, ValueError) as exc:
-            print(f"specls bench: run {run}: {exc}", file=sys.stderr)
+            print(f"specls bench: {'' if single else f'run {run}: '}{exc}", file=sys.stderr)
             return 1
         results.append(result)
         written += write_report(result, config.out, tag)
-    run_files = [f"keystrokes-{config.tag}-run{run}.md" for run in range(1, args.repeat + 1)]
-    return print_paths(written + write_repeats(config.out, config.tag, results, run_files))
+    if not single:
+        from bench.keystrokes_repeats import write_repeats
+
+        written += write_repeats(config.out, config.tag, results, [f"keystrokes-{tag}.md" for tag in tags])
+    return print_paths(written)
