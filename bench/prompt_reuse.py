@@ -6,9 +6,10 @@ Each keystroke's prompt is built by the server's own context builder (its budget
 token healing), with each model's own tokenizer and template. For Qwen's PSM the same prefix and suffix are
 also laid out two other ways: with the whole prefix before the suffix (plain PSM, the layout before the
 cursor's line moved after the middle token), and with the lines since the start of the cursor's block of
-MIDDLE_BLOCK lines after the middle token too (tried on 2026-12-05, not adopted: docs/line-starts.md). Besides the mean, the keys that re-read more than LONG_PREFILL tokens are
-counted: where the lines above the cursor come before the suffix, each new line re-reads all of the suffix
-(at the key after Enter, as token healing holds the new line's whitespace back).
+MIDDLE_BLOCK lines after the middle token too (tried on 2026-12-05, not adopted: docs/line-starts.md).
+Besides the mean, the keys that re-read more than LONG_PREFILL tokens are counted: where the lines above the
+cursor come before the suffix, each new line re-reads all of the suffix (at the key after Enter, as token
+healing holds the new line's whitespace back).
 """
 
 from __future__ import annotations
@@ -44,25 +45,28 @@ def as_served(ctx: CompletionContext, cursor_line: int) -> str:
 
 
 def plain_psm(ctx: CompletionContext, cursor_line: int) -> str:
-    t = ctx.template
-    return f"{t.prefix_token}{_healed(ctx)}{t.suffix_token}{ctx.suffix}{t.middle_token}"
+    return _psm(ctx, _healed(ctx), "")
 
 
 def block_after_middle(ctx: CompletionContext, cursor_line: int) -> str:
     """The lines since the start of the cursor's block of MIDDLE_BLOCK lines (counted from the file's start)
     after the middle token, with the cursor's line: a new line then appends to the prompt, and the suffix is
     re-read once per block; the block's lines move before the suffix when the next block starts."""
-    t = ctx.template
     starts = [0, *(i + 1 for i, char in enumerate(ctx.prefix) if char == "\n")]  # the prefix's line starts
     held = min(cursor_line % MIDDLE_BLOCK, len(starts) - 1)
     middle_from = starts[len(starts) - 1 - held]
     healed = _healed(ctx)
-    above, middle = healed[:middle_from], healed[middle_from:]
-    return f"{t.prefix_token}{above}{t.suffix_token}{ctx.suffix}{t.middle_token}{middle}"
+    return _psm(ctx, healed[:middle_from], healed[middle_from:])
 
 
 def _healed(ctx: CompletionContext) -> str:
     return ctx.prefix[: len(ctx.prefix) - len(ctx.forced_prefix)]
+
+
+def _psm(ctx: CompletionContext, above: str, middle: str) -> str:
+    """`above` before the suffix and `middle` after the middle token, in the context's PSM template."""
+    t = ctx.template
+    return f"{t.prefix_token}{above}{t.suffix_token}{ctx.suffix}{t.middle_token}{middle}"
 
 
 @dataclass
