@@ -197,13 +197,16 @@ def choose_default_model(
 
     The larger model, drafted by the smaller, wherever its keystroke budget fits: on any CUDA GPU, and on a
     CPU with native bf16 where `estimate` (its first line in a just-opened file, estimated before loading by
-    `engine.calibration` from a timing of its own projection shape on this machine) fits FIRST_SUGGESTION_S.
+    `engine.calibration` from a timing of its own projection shape on this machine) fits FIRST_SUGGESTION_S,
+    and its first line at a line start, the prompt cached, fits LINE_START_SUGGESTION_S.
     A string `estimate` says why there is none. Native bf16 alone does not make a CPU fast enough: on the
     2-core AMX Xeon the 1.5B's bf16 step streams 3.1 GB of weights, ~290 ms on one core
     (bench/results/decode-speed-qwen15-pair-bf16-amx-vs-llama-server-cpu.md) and ~140 ms on both while
-    nothing else runs, so its first line is estimated at ~1.9 s even drafted (loaded, it measured 1.44 s on an
-    idle machine: at the budget's edge). Elsewhere the smaller: without native bf16 the 0.5B's W8A8 step is
-    already ~105 ms (bench/results/decode-speed-qwen05-avx2-emulated-w8a8.md), and a 1.5B's would be ~3x that.
+    nothing else runs, so its first line is estimated at ~1.5-1.9 s even drafted (loaded, it measured 1.44 s
+    on an idle machine: at the budget's edge), and at a line start 1.3 s: in a keystroke replay there it
+    showed ghost text at 9.5% of the keys, the 0.5B at 53-62%. Elsewhere the smaller: without native bf16
+    the 0.5B's W8A8 step is already ~105 ms (bench/results/decode-speed-qwen05-avx2-emulated-w8a8.md), and a
+    1.5B's would be ~3x that.
     The server confirms the choice after load with the loaded model's own measured costs
     (`lsp_server.scheduling.budget.first_line_fit`, the same arithmetic).
     """

@@ -16,8 +16,9 @@ from engine.api import BackendInfo
 from engine.costs import AT_REST_SUGGESTION_S as AT_REST_SUGGESTION_S
 from engine.costs import FIRST_LINE_TOKENS as FIRST_LINE_TOKENS
 from engine.costs import FIRST_SUGGESTION_S as FIRST_SUGGESTION_S
+from engine.costs import LINE_START_SUGGESTION_S as LINE_START_SUGGESTION_S
 from engine.costs import MIN_PROMPT_TOKENS as MIN_PROMPT_TOKENS
-from engine.costs import first_line_seconds, readable_prompt_tokens
+from engine.costs import first_line_fits, first_line_seconds, readable_prompt_tokens
 
 
 def reading_s(uncached_tokens: int, info: BackendInfo) -> float | None:
@@ -62,21 +63,23 @@ MODEL_DRAFTERS = ("model", "hybrid")
 def first_line_fit(
     info: BackendInfo, drafter: str = "hybrid", seconds: float = FIRST_SUGGESTION_S
 ) -> tuple[bool | None, str]:
-    """Whether the loaded model can bring a first suggestion in a just-opened file within `seconds`, and the
-    numbers: reading the smallest prompt the budget allows (MIN_PROMPT_TOKENS) and writing FIRST_LINE_TOKENS at
-    the measured step, sped up only by what a draft model earns at a conservative acceptance
-    (`BackendInfo.speculative_speedup`), as `engine.costs.first_line_seconds` computes it (the default model
-    was chosen by the same arithmetic over a calibration, `engine.costs.estimate_first_line`). None where the
-    engine measured nothing."""
+    """Whether the loaded model can bring a first suggestion in a just-opened file within `seconds`, and a
+    line start's first line while the user types within LINE_START_SUGGESTION_S, and the numbers: reading the
+    smallest prompt the budget allows (MIN_PROMPT_TOKENS) and writing FIRST_LINE_TOKENS at the measured step,
+    sped up only by what a draft model earns at a conservative acceptance (`BackendInfo.speculative_speedup`),
+    as `engine.costs.first_line_seconds` computes it (the default model was chosen by the same arithmetic over
+    a calibration, `engine.costs.estimate_first_line`). None where the engine measured nothing."""
     if info.step_s <= 0 or info.prompt_tokens_per_s <= 0:
         return None, "not measured by this backend"
     speedup = info.speculative_speedup if drafter in MODEL_DRAFTERS else 1.0
     read_s, line_s = first_line_seconds(info.step_s, info.prompt_tokens_per_s, speedup)
-    fits = line_s + read_s <= seconds
+    fits = first_line_fits(read_s, line_s, seconds)
     drafted = f" / {speedup:.2f} (the draft model, conservatively)" if speedup > 1 else ""
+    typing = "within" if line_s <= LINE_START_SUGGESTION_S else "past"
     return fits, (
         f"{'fits' if fits else 'does not fit'}: {MIN_PROMPT_TOKENS} prompt tokens at "
         f"{info.prompt_tokens_per_s:.0f} tokens/s ({read_s:.2f} s) and a first line of {FIRST_LINE_TOKENS} "
         f"tokens at {info.step_s * 1000:.0f} ms a step{drafted} ({line_s:.2f} s) take {line_s + read_s:.2f} s "
-        f"of the {seconds:g} s keystroke budget"
+        f"of the {seconds:g} s keystroke budget; the line alone, at a line start while typing, is {typing} "
+        f"{LINE_START_SUGGESTION_S:g} s"
     )

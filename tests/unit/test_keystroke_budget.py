@@ -114,6 +114,18 @@ def test_speculation_is_credited_only_for_a_draft_model_and_only_conservatively(
     assert fits is False and detail.startswith("does not fit: ")
 
 
+def test_a_first_line_too_slow_for_a_user_typing_on_does_not_fit() -> None:
+    """Prompts read fast enough for a just-opened file, but 90 ms a step writes a line start's 12-token first
+    line in 1.08 s, after the user typing on has passed the pause after Enter."""
+    from lsp_server.scheduling.budget import LINE_START_SUGGESTION_S, first_line_fit
+
+    fits, detail = first_line_fit(info(20_000, 0.09))
+    assert fits is False and "take 1.09 s of the 1.5 s keystroke budget" in detail
+    assert detail.endswith(f"at a line start while typing, is past {LINE_START_SUGGESTION_S:g} s")
+    fits, detail = first_line_fit(info(20_000, 0.05))
+    assert fits is True and detail.endswith(f"is within {LINE_START_SUGGESTION_S:g} s")
+
+
 def test_an_unmeasured_backend_is_neither_fit_nor_unfit() -> None:
     from lsp_server.scheduling.budget import first_line_fit
 
