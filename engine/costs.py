@@ -86,7 +86,8 @@ AT_REST_SUGGESTION_S = 1.0
 # rest. The first-suggestion budget alone let through a model that cannot keep up: on the 2-core AMX Xeon the
 # 1.5B pair, its first line in a just-opened file estimated at 1.5 s (that budget's edge) and a line start's
 # at 1.3 s, showed ghost text at 9.5% of a keystroke replay's keys, against 53-62% for the 0.5B at ~55-65 ms
-# a step, whose line start's first line takes ~0.7 s (bench/results/keystrokes-qwen*-bf16-amx-xeon-6-files-*).
+# a step, whose line start's first line takes ~0.7 s (bench/results/keystrokes-qwen*-bf16-amx-xeon-6-files-*;
+# on a faster day, 46% against 82%).
 LINE_START_SUGGESTION_S = AT_REST_SUGGESTION_S
 FIRST_LINE_TOKENS = 12  # tokens of a typical first line of code, generated after the prompt is read
 MIN_PROMPT_TOKENS = 128  # below this the model sees too little of the file to be right
