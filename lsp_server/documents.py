@@ -159,6 +159,8 @@ class ImportedFiles(Protocol):
 
     def definition_snippets(self, current: Document, offset: int) -> tuple[str, list[tuple[str, str]]]: ...
 
+    def prepare(self, current: Document) -> None: ...
+
 
 class DocumentStore:
     def __init__(self, position_encoding: str = "utf-16") -> None:

@@ -13,11 +13,14 @@ Nothing is written, and nothing but these reads happens.
 At a line among a Python file's imports, the reader also says where the project defines the names the file
 uses but does not bind (`definition_snippets`): it indexes the top-level names of the .py files of the
 file's import root (the folder above its outermost package), at most MAX_INDEXED_FILES of them, re-listing
-the folder after RESOLVE_TTL_S.
+the folder after RESOLVE_TTL_S. The index is built aside, on a thread of its own, when a file is opened
+(`prepare`), and refreshed aside when it is older than RESOLVE_TTL_S, so a keystroke at the imports reads
+the index it has instead of listing the project; only a request for a root never prepared builds it.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -31,6 +34,7 @@ from lsp_server.context.snippets import imports_of
 from lsp_server.documents import Document, new_document
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 MAX_FILE_BYTES = 256 * 1024
 MAX_FILES = 8
@@ -150,8 +154,12 @@ class WorkspaceFiles:
         self._lock = threading.Lock()
         self._files = _MadeFromFiles(_parsed_document, MAX_CACHED_FILES)
         self._resolved: dict[tuple[tuple[str, ...], Path], tuple[float, Path | None]] = {}
-        self._indexes: dict[Path, tuple[float, ModuleIndex]] = {}
-        # Top-level names of every indexed file; pruned to the files of the indexes kept (`_index`).
+        self._indexes: dict[Path, tuple[float, ModuleIndex]] = {}  # under _lock
+        self._refreshing: set[Path] = set()  # roots being indexed aside, under _lock
+        # One index is built at a time; `_outlines` belongs to the builder. A request that finds an index,
+        # fresh or not, never waits on this lock.
+        self._build_lock = threading.Lock()
+        # Top-level names of every indexed file; pruned to the files of the indexes kept (`_build_index`).
         self._outlines = _MadeFromFiles(_module_names, MAX_INDEXES * MAX_INDEXED_FILES)
 
     @classmethod
@@ -185,12 +193,10 @@ class WorkspaceFiles:
         definition the project holds for a name `current` uses but does not bind, or the module such a name
         is, in path order); the line at `offset` is left out. ("", []) for a file outside the workspace
         folders or larger than MAX_FILE_BYTES."""
-        path_here = path_of(current.uri)
-        here = path_here.resolve() if path_here is not None else None
-        root = self._import_root(here) if here is not None else None
+        here, root = self._place_of(current)
         if here is None or root is None or len(current.text) > MAX_FILE_BYTES:
             return "", []
-        index = self._index(root)
+        index = self._current_index(root)
         chosen: dict[Path, list[str]] = {}
         count = 0
         for name in unbound_names(without_line_at(current.text, offset)):
@@ -209,6 +215,19 @@ class WorkspaceFiles:
         ]
         return here.relative_to(root).as_posix(), snippets
 
+    def prepare(self, current: Document) -> None:
+        """Start indexing `current`'s import root aside, unless a fresh index or a build is there already: the
+        first keystroke at its imports then finds the index built (a file just opened)."""
+        _, root = self._place_of(current)
+        if root is not None:
+            self._refresh_aside(root)
+
+    def _place_of(self, current: Document) -> tuple[Path | None, Path | None]:
+        """(the document's resolved path, its import root), None for what it does not have."""
+        path = path_of(current.uri)
+        here = path.resolve() if path is not None else None
+        return here, self._import_root(here) if here is not None else None
+
     def _import_root(self, here: Path) -> Path | None:
         """The folder Python imports `here` from: above its outermost package, within a workspace folder."""
         home = next((root for root in self.roots if here.is_relative_to(root)), None)
@@ -219,23 +238,56 @@ class WorkspaceFiles:
             folder = folder.parent
         return folder
 
-    def _index(self, root: Path) -> ModuleIndex:
+    def _current_index(self, root: Path) -> ModuleIndex:
+        """The index of `root` as it is, a refresh started aside where it is old; built here only when there
+        is none yet (or the build under way is waited for)."""
         with self._lock:
             cached = self._indexes.get(root)
-            now = time.monotonic()
-            if cached is not None and now - cached[0] < RESOLVE_TTL_S:
+        if cached is None:
+            return self._build_index(root)
+        if time.monotonic() - cached[0] >= RESOLVE_TTL_S:
+            self._refresh_aside(root)
+        return cached[1]
+
+    def _refresh_aside(self, root: Path) -> None:
+        with self._lock:
+            cached = self._indexes.get(root)
+            fresh = cached is not None and time.monotonic() - cached[0] < RESOLVE_TTL_S
+            if fresh or root in self._refreshing:
+                return
+            self._refreshing.add(root)
+        threading.Thread(
+            target=self._refresh, args=(root,), name="specls-workspace-index", daemon=True
+        ).start()
+
+    def _refresh(self, root: Path) -> None:
+        try:
+            self._build_index(root)
+        except Exception:  # a thread of its own: say why, and the next request tries again
+            log.exception("indexing the workspace folder %s failed", root)
+        finally:
+            with self._lock:
+                self._refreshing.discard(root)
+
+    def _build_index(self, root: Path) -> ModuleIndex:
+        with self._build_lock:
+            with self._lock:  # built while this thread waited for the builder
+                cached = self._indexes.get(root)
+            if cached is not None and time.monotonic() - cached[0] < RESOLVE_TTL_S:
                 return cached[1]
+            started = time.monotonic()
             files: dict[Path, dict[str, str]] = {}
             for path in _python_files(root):
                 names = self._outlines.get(path)
                 if names is not None:
                     files[path] = names
             index = ModuleIndex(root, files)
-            self._indexes.pop(root, None)
-            self._indexes[root] = (now, index)
-            if len(self._indexes) > MAX_INDEXES:  # the oldest built goes: memory stays flat
-                del self._indexes[next(iter(self._indexes))]
-            kept = {path for _, other in self._indexes.values() for path in other.definitions}
+            with self._lock:
+                self._indexes.pop(root, None)
+                self._indexes[root] = (started, index)
+                if len(self._indexes) > MAX_INDEXES:  # the oldest built goes: memory stays flat
+                    del self._indexes[next(iter(self._indexes))]
+                kept = {path for _, other in self._indexes.values() for path in other.definitions}
             self._outlines.keep_only(kept)
             return index
 

@@ -154,6 +154,10 @@ class Scheduler:
 
     def document_opened(self, uri: str) -> None:
         self._last_uri = uri
+        workspace, document = self.store.workspace, self.store.find(uri)
+        wanted = self.settings.context.import_definitions
+        if wanted and workspace is not None and document is not None and document.language == "python":
+            workspace.prepare(document)  # aside: the first keystroke at its imports finds the index built
         self._backend.warm(uri, self._documents.cursor(uri), WarmTrigger.OPEN)
 
     def document_saved(self, uri: str) -> None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from engine.api import BackendInfo
 from lsp_server.context import build_completion_context
+from lsp_server.context import workspace as workspace_module
 from lsp_server.context.builder import ContextSettings
 from lsp_server.context.definitions import (
     in_import_block,
@@ -269,3 +273,61 @@ def test_a_file_too_large_to_index_gets_no_definitions(tmp_path: Path) -> None:
     main = _project(tmp_path, HEADER + "import os\n\n" + USES + "# padding\n" * (MAX_FILE_BYTES // 10 + 1))
     document = new_document(main.as_uri(), "python", 1, main.read_text())
     assert WorkspaceFiles([tmp_path]).definition_snippets(document, len(HEADER)) == ("", [])
+
+
+def _blocked_listing(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, list[str]]:
+    """Make listing a project wait for the returned event; the list names the threads that listed one."""
+    release, listed_on = threading.Event(), []
+    list_files = workspace_module._python_files
+
+    def listing(root: Path) -> list[Path]:
+        listed_on.append(threading.current_thread().name)
+        assert release.wait(timeout=10)
+        return list_files(root)
+
+    monkeypatch.setattr(workspace_module, "_python_files", listing)
+    return release, listed_on
+
+
+def _wait_for(condition: Callable[[], bool]) -> None:
+    for _ in range(500):
+        if condition():
+            return
+        time.sleep(0.01)
+    raise AssertionError("not within 5 s")
+
+
+def test_opening_a_file_indexes_its_project_aside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    main = _project(tmp_path, HEADER + "import os\n\n" + USES)
+    document = new_document(main.as_uri(), "python", 1, main.read_text())
+    workspace = WorkspaceFiles([tmp_path])
+    release, listed_on = _blocked_listing(monkeypatch)
+    workspace.prepare(document)  # returns while the listing waits
+    workspace.prepare(document)  # one build a project at a time
+    _wait_for(lambda: bool(listed_on))
+    release.set()
+    _wait_for(lambda: bool(workspace._indexes))
+    assert listed_on == ["specls-workspace-index"]
+    _, snippets = workspace.definition_snippets(document, len(HEADER + "import os\n"))
+    assert snippets == [("pkg/matrices/__init__.py", "from .scaling import DEFAULT_FACTOR, scale_rows")]
+    assert listed_on == ["specls-workspace-index"]  # the request read the index built aside
+
+
+def test_an_old_index_answers_at_once_and_is_refreshed_aside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    main = _project(tmp_path, HEADER + "import os\n\n" + USES + "\nload_table()\n")
+    document = new_document(main.as_uri(), "python", 1, main.read_text())
+    offset = len(HEADER + "import os\n")
+    workspace = WorkspaceFiles([tmp_path])
+    before = workspace.definition_snippets(document, offset)  # never prepared: built in the request
+    (tmp_path / "pkg" / "tables.py").write_text("def load_table():\n    pass\n")
+    monkeypatch.setattr(workspace_module, "RESOLVE_TTL_S", 0.0)  # every index is old from now on
+    release, listed_on = _blocked_listing(monkeypatch)
+    assert workspace.definition_snippets(document, offset) == before  # the old index, while the listing waits
+    _wait_for(lambda: bool(listed_on))
+    assert listed_on == ["specls-workspace-index"]
+    release.set()
+    _wait_for(lambda: not workspace._refreshing)
+    _, snippets = workspace.definition_snippets(document, offset)
+    assert ("pkg/tables.py", "def load_table():") in snippets

@@ -14,6 +14,7 @@ import pytest
 from lsp_server.backends.fake import FakeBackend, continuation_for, split_tokens
 from lsp_server.config import FakeSettings, ServerSettings
 from lsp_server.context import build_completion_context, finalize_completion
+from lsp_server.context.builder import ContextSettings
 from lsp_server.documents import DocumentStore, TextChange
 from lsp_server.scheduler import PREFETCH_MAX_CHARS, Scheduler
 from lsp_server.typed_ahead import (
@@ -655,3 +656,34 @@ async def test_a_file_is_warmed_when_opened_and_after_an_idle_pause(make_harness
     await asyncio.sleep(0.2)
     assert len(backend.warmed) == warmed + 1  # the idle pause after the request
     assert h.scheduler.stats.as_dict()["warmups"] == {"open": 1, "idle": 1}
+
+
+class _RecordingWorkspace:
+    """Stands in for `context.workspace.WorkspaceFiles`: records which documents it was asked to prepare."""
+
+    def __init__(self) -> None:
+        self.prepared: list[str] = []
+
+    def imported_documents(self, current, open_uris):  # type: ignore[no-untyped-def]
+        return []
+
+    def definition_snippets(self, current, offset):  # type: ignore[no-untyped-def]
+        return "", []
+
+    def prepare(self, current) -> None:  # type: ignore[no-untyped-def]
+        self.prepared.append(current.uri)
+
+
+async def test_opening_a_python_file_in_a_workspace_starts_its_index(make_harness) -> None:
+    h = await make_harness(RULES)
+    workspace = h.store.workspace = _RecordingWorkspace()
+    h.open(URI, "import os\n")
+    h.scheduler.document_opened(URI)
+    h.store.open("file:///work/notes.md", "markdown", 1, "# notes\n")
+    h.scheduler.document_opened("file:///work/notes.md")
+    assert workspace.prepared == [URI]
+    off = await make_harness(RULES, context=replace(ContextSettings(), import_definitions=False))
+    workspace = off.store.workspace = _RecordingWorkspace()
+    off.open(URI, "import os\n")
+    off.scheduler.document_opened(URI)
+    assert workspace.prepared == []
