@@ -61,6 +61,9 @@ class KeystrokeConfig:
     timeout_s: float = 300  # for loading the model and for the last answer of each file
     peer: str | None = None  # "llama-server": the same typing, in the same run, into a llama.vim-style client
     server_log_level: str = "WARNING"  # INFO logs each warm-up and growth: to find out why, not to time
+    # The client's workspace folder, as in an editor with a project open: the files typed from under it keep
+    # their own file: URIs, so the server indexes their project (None: every file outside any folder).
+    workspace: Path | None = None
 
 
 @dataclass
@@ -103,6 +106,15 @@ def default_regions(config: KeystrokeConfig) -> list[Region]:
         end = text.find("\n", min(len(text), start + config.chars))
         regions.append(Region(name, text, start, len(text) if end == -1 else end))
     return regions
+
+
+def region_uri(region: Region, workspace: Path | None) -> str:
+    """The URI a region's file is typed under: its own where it lies in the workspace folder, else one under
+    URI_ROOT, outside any folder."""
+    path = Path(region.name).resolve()
+    if workspace is not None and path.is_file() and path.is_relative_to(workspace.resolve()):
+        return path.as_uri()
+    return f"{URI_ROOT}/{region.name.lstrip('/')}"
 
 
 def serve_args(config: KeystrokeConfig, log_file: Path) -> list[str]:
@@ -218,14 +230,17 @@ async def run_keystrokes_async(config: KeystrokeConfig, progress: bool = True) -
     try:
         env = {"OMP_NUM_THREADS": str(config.threads)} if config.threads else {}
         await session.start(
-            serve_args(config, log_file), env=env, initialization_options=config.settings or None
+            serve_args(config, log_file),
+            env=env,
+            initialization_options=config.settings or None,
+            workspace=config.workspace,
         )
         await session.wait_ready(config.timeout_s)
         opened = await probe_opening(session, probes, config)
         before = await session.stats()  # the server's counters over the typing alone
 
         def lsp_editor(region: Region) -> Editor:
-            return LspEditor(session, f"{URI_ROOT}/{region.name.lstrip('/')}", "python", poll_stats=False)
+            return LspEditor(session, region_uri(region, config.workspace), "python", poll_stats=False)
 
         typed = await type_regions(lsp_editor, regions, config, progress)
         await asyncio.sleep(0.5)  # let the last cancel->idle record arrive
@@ -240,7 +255,12 @@ async def run_keystrokes_async(config: KeystrokeConfig, progress: bool = True) -
     )
     result: dict[str, Any] = {
         "benchmark": "keystrokes",
-        "config": {**asdict(config), "out": str(config.out), "files": [str(p) for p in config.files]},
+        "config": {
+            **asdict(config),
+            "out": str(config.out),
+            "files": [str(p) for p in config.files],
+            "workspace": str(config.workspace) if config.workspace is not None else None,
+        },
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         # The machine's 1-minute load average when the run started and ended (what else was running).
         "load_average": {"start": load_before[0], "end": load_after[0], "cpus": os.cpu_count()},

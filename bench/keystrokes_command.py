@@ -71,6 +71,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the server's log level (default WARNING; INFO logs each warm-up and growth, for finding out why)",
     )
     parser.add_argument(
+        "--workspace",
+        type=Path,
+        help="the client's workspace folder, as in an editor with a project open: each --file under it is "
+        "typed under its own file: URI, so the server indexes its project (default: none, files outside any)",
+    )
+    parser.add_argument(
         "--repeat",
         type=positive,
         default=1,
@@ -97,6 +103,9 @@ def command(args: argparse.Namespace) -> int:
     if missing:
         print(f"specls bench: no such file: {', '.join(missing)}", file=sys.stderr)
         return 2
+    if args.workspace is not None and not args.workspace.is_dir():
+        print(f"specls bench: --workspace: no such folder: {args.workspace}", file=sys.stderr)
+        return 2
     if args.pace_ms <= 0 or args.line_pause_ms < 0 or args.probes < 0:
         print("specls bench: need --pace-ms > 0, --line-pause-ms >= 0, --probes >= 0", file=sys.stderr)
         return 2
@@ -122,6 +131,7 @@ def command(args: argparse.Namespace) -> int:
         tag=results_tag(args) if args.tag or args.backend == "local" else args.backend,
         peer=args.peer,
         server_log_level=args.server_log_level,
+        workspace=args.workspace,
     )
     single = args.repeat == 1
     tags = [config.tag] if single else [f"{config.tag}-run{run}" for run in range(1, args.repeat + 1)]

@@ -111,9 +111,10 @@ class ServerSession:
         *,
         env: Mapping[str, str] | None = None,
         initialization_options: Any = None,
+        workspace: Path | None = None,
     ) -> None:
         """Start the server with `server_args` (after `specls serve`) and initialize it; `env` adds to this
-        process's environment."""
+        process's environment; `workspace` is the folder named as the client's workspace folder."""
         env = {**os.environ, **(env or {})}
         # Run this checkout's server even when specls is not installed into the interpreter.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
@@ -132,7 +133,13 @@ class ServerSession:
             await asyncio.wait_for(
                 self.client.initialize_async(
                     types.InitializeParams(
-                        capabilities=capabilities, initialization_options=initialization_options
+                        capabilities=capabilities,
+                        initialization_options=initialization_options,
+                        workspace_folders=[
+                            types.WorkspaceFolder(workspace.resolve().as_uri(), workspace.name)
+                        ]
+                        if workspace is not None
+                        else None,
                     )
                 ),
                 timeout_s,

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from bench.keystrokes import KeystrokeConfig, cadence_of, run_keystrokes, server_deltas, write_report
+from bench.keystrokes import (
+    KeystrokeConfig,
+    Region,
+    cadence_of,
+    region_uri,
+    run_keystrokes,
+    server_deltas,
+    write_report,
+)
 from lsp_server.typist.keystrokes import plan_keystrokes
 
 
@@ -57,8 +65,10 @@ def test_replay_through_the_real_server_with_the_fake_backend(tmp_path: Path) ->
         out=tmp_path,
         tag="fake",
         timeout_s=60,
+        workspace=tmp_path,  # as in an editor with the project open: the server indexes it aside
     )
     result = run_keystrokes(config, progress=False)
+    assert result["config"]["workspace"] == str(tmp_path)
     summary = result["summary"]
     region = result["regions"][0]
     typed = source.read_text()[region["start"] :][: region["chars"]]
@@ -117,3 +127,16 @@ def test_the_replay_asks_again_when_a_part_answered_mid_line_is_whole() -> None:
     assert editor.refreshes == 1
     assert first.suggestion == "ompute(values) + 1"  # the part, grown into the whole suggestion
     assert second.ghost_before == "ompute(values) + 1" and second.ghost_was_right
+
+
+def test_a_file_in_the_workspace_is_typed_under_its_own_uri(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text("x = 1\n")
+    monkeypatch.chdir(tmp_path)
+    region = Region("pkg/mod.py", "x = 1\n", 0, 5)
+    assert region_uri(region, tmp_path) == (tmp_path / "pkg" / "mod.py").resolve().as_uri()
+    assert region_uri(region, None) == "file:///bench/pkg/mod.py"
+    assert region_uri(region, tmp_path / "pkg" / "other") == "file:///bench/pkg/mod.py"  # outside the folder
+    assert region_uri(Region("asyncio/events.py", "", 0, 0), tmp_path) == "file:///bench/asyncio/events.py"
