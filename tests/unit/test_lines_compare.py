@@ -55,3 +55,32 @@ def test_a_result_with_several_models_needs_one_named(tmp_path: Path) -> None:
     assert model_outcomes(path, "large") == []
     with pytest.raises(ValueError, match="no model named"):
         model_outcomes(path, "huge")
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
+    # `specls bench lines-compare A B | head -1`: the pipe closes before the table is written.
+    import subprocess
+    import sys
+
+    rows = [_outcome(f"a.py:{n}", n % 2 == 0, f"y = {n}") for n in range(2000)]
+    for name, flip in (("a.json", False), ("b.json", True)):
+        outcomes = [row | {"exact_first_line": row["exact_first_line"] != flip} for row in rows]
+        (tmp_path / name).write_text(
+            json.dumps({"models": [{"target": {"spec": "m"}, "outcomes": outcomes}]})
+        )
+    command = [sys.executable, "-m", "lsp_server.app.cli", "bench", "lines-compare", "a.json", "b.json"]
+    process = subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env_with_project()
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # the reader is gone before anything is written
+    error = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 1
+    assert "Traceback" not in error and "BrokenPipeError" not in error
+
+
+def _env_with_project() -> dict[str, str]:
+    import os
+
+    root = str(Path(__file__).resolve().parents[2])
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
