@@ -282,6 +282,9 @@ class WorkspaceFiles:
                 if names is not None:
                     files[path] = names
             index = ModuleIndex(root, files)
+            log.info(
+                "indexed %d files under %s in %.0f ms", len(files), root, (time.monotonic() - started) * 1000
+            )
             with self._lock:
                 self._indexes.pop(root, None)
                 self._indexes[root] = (started, index)

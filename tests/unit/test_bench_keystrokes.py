@@ -66,9 +66,11 @@ def test_replay_through_the_real_server_with_the_fake_backend(tmp_path: Path) ->
         tag="fake",
         timeout_s=60,
         workspace=tmp_path,  # as in an editor with the project open: the server indexes it aside
+        server_log_level="INFO",
     )
     result = run_keystrokes(config, progress=False)
     assert result["config"]["workspace"] == str(tmp_path)
+    assert f"indexed 1 files under {tmp_path.resolve()}" in Path(result["server_log"]).read_text()
     summary = result["summary"]
     region = result["regions"][0]
     typed = source.read_text()[region["start"] :][: region["chars"]]
