@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Generic, TypeGuard, TypeVar
 from urllib.parse import unquote, urlparse
 
 from lsp_server.context.definitions import top_level_definitions, unbound_names, without_line_at
@@ -245,15 +245,14 @@ class WorkspaceFiles:
             cached = self._indexes.get(root)
         if cached is None:
             return self._build_index(root)
-        if time.monotonic() - cached[0] >= RESOLVE_TTL_S:
+        if not _fresh(cached):
             self._refresh_aside(root)
         return cached[1]
 
     def _refresh_aside(self, root: Path) -> None:
         with self._lock:
             cached = self._indexes.get(root)
-            fresh = cached is not None and time.monotonic() - cached[0] < RESOLVE_TTL_S
-            if fresh or root in self._refreshing:
+            if _fresh(cached) or root in self._refreshing:
                 return
             self._refreshing.add(root)
         threading.Thread(
@@ -273,7 +272,7 @@ class WorkspaceFiles:
         with self._build_lock:
             with self._lock:  # built while this thread waited for the builder
                 cached = self._indexes.get(root)
-            if cached is not None and time.monotonic() - cached[0] < RESOLVE_TTL_S:
+            if _fresh(cached):
                 return cached[1]
             started = time.monotonic()
             files: dict[Path, dict[str, str]] = {}
@@ -297,11 +296,10 @@ class WorkspaceFiles:
     def _resolve(self, suffixes: tuple[str, ...], folder: Path | None) -> Path | None:
         key = (suffixes, folder or Path())
         cached = self._resolved.get(key)
-        now = time.monotonic()
-        if cached is not None and now - cached[0] < RESOLVE_TTL_S:
+        if _fresh(cached):
             return cached[1]
         path = self._find(suffixes, folder)
-        self._resolved[key] = (now, path)
+        self._resolved[key] = (time.monotonic(), path)
         return path
 
     def _find(self, suffixes: tuple[str, ...], folder: Path | None) -> Path | None:
@@ -319,6 +317,11 @@ class WorkspaceFiles:
                     if any(resolved.is_relative_to(root) for root in self.roots):
                         return resolved
         return None
+
+
+def _fresh(entry: tuple[float, T] | None) -> TypeGuard[tuple[float, T]]:
+    """Whether a (time made, value) entry is younger than RESOLVE_TTL_S."""
+    return entry is not None and time.monotonic() - entry[0] < RESOLVE_TTL_S
 
 
 def _imports_from(line: str, importer: Path, module: Path, root: Path) -> bool:

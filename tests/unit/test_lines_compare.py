@@ -68,19 +68,12 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
         (tmp_path / name).write_text(
             json.dumps({"models": [{"target": {"spec": "m"}, "outcomes": outcomes}]})
         )
-    command = [sys.executable, "-m", "lsp_server.app.cli", "bench", "lines-compare", "a.json", "b.json"]
-    process = subprocess.Popen(
-        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env_with_project()
-    )
+    results = [str(tmp_path / "a.json"), str(tmp_path / "b.json")]
+    command = [sys.executable, "-m", "lsp_server.app.cli", "bench", "lines-compare", *results]
+    project = Path(__file__).resolve().parents[2]  # where `-m lsp_server.app.cli` is found
+    process = subprocess.Popen(command, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert process.stdout is not None and process.stderr is not None
     process.stdout.close()  # the reader is gone before anything is written
     error = process.stderr.read().decode()
     assert process.wait(timeout=60) == 1
     assert "Traceback" not in error and "BrokenPipeError" not in error
-
-
-def _env_with_project() -> dict[str, str]:
-    import os
-
-    root = str(Path(__file__).resolve().parents[2])
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
