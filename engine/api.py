@@ -224,6 +224,9 @@ class BackendInfo:
     # The confidence gate measured for this model (`engine.catalog.CatalogModel.first_line_gate`), what
     # `minFirstLineProbability` is when the user sets none; 0: not calibrated, no gate.
     first_line_gate: float = 0.0
+    # The lines below the cursor ahead of the file's text measured for this model
+    # (`engine.catalog.CatalogModel.lines_below_tokens`), what `linesBelowTokens` is when the user sets none.
+    lines_below_tokens: int = 0
     # What the loaded models cost, in MB (`engine.service.model_memory`): "weights_mb", "kv_cache_mb",
     # "rss_added_by_load_mb"; empty for backends that hold no weights in this process.
     memory: dict[str, float | None] = field(default_factory=dict)

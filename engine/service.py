@@ -179,6 +179,7 @@ class LocalEngine:
         measured = pulled_catalog_entry(self.pair.target_source.location if source.is_local else None)
         self.prompt_shape = measured.prompt if measured is not None else "auto"
         self.first_line_gate = measured.first_line_gate if measured is not None else 0.0
+        self.lines_below_tokens = measured.lines_below_tokens if measured is not None else 0
         return_freed_memory()  # the step-cost forwards' scratch, freed but still resident
         self.memory = model_memory(self.target, self.draft_decoder, rss_before)
         self.model_choice = model_choice  # why this target (`BackendInfo.model_choice`)
@@ -232,6 +233,7 @@ class LocalEngine:
             + (f"; draft: {self.draft_runtime.describe()}" if self.draft_runtime is not None else ""),
             prompt_shape=self.prompt_shape,
             first_line_gate=self.first_line_gate,
+            lines_below_tokens=self.lines_below_tokens,
             memory=dict(self.memory),
             prompt_tokens_per_s=self.step_costs.prompt_tokens_per_s,
             step_s=self.step_costs.step_s,

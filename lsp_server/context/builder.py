@@ -65,9 +65,10 @@ class ContextSettings:
     import_definitions: bool = True
     # The lines below the cursor's line, up to this many tokens, as a block before the file's text (Qwen's
     # repository layout, under the file's path), where they stay cached while lines are typed above them; only
-    # where the suffix holds fewer (`lines_below_tokens` below). Off by default: it lifts the 1.5B's lines on a
-    # CPU's prompt, but cost the 0.5B's typist on an AVX2 CPU a fifth of its characters saved.
-    lines_below_tokens: int = 0
+    # where the suffix holds fewer (`lines_below_tokens` below). None: what was measured for the model
+    # (`BackendInfo.lines_below_tokens`: 320 for the Qwen2.5-Coder 1.5B, whose lines it lifts on a CPU's
+    # prompt; 0, none, for any other).
+    lines_below_tokens: int | None = None
 
 
 @dataclass
@@ -172,17 +173,23 @@ def affordable_suffix_tokens(info: BackendInfo, configured: int | None) -> int:
 
 # The lines below the cursor again, ahead of the prefix (`linesBelowTokens`): the suffix a CPU re-reads at each
 # new line holds 64 tokens, and the 1.5B writes better lines with 384 (above). Ahead of the prefix they are read
-# once per place in the file, not once per line. With 320 tokens there, on 79 line starts each of
-# openai-agents-python and google/adk-python (a CPU's prompt): the 1.5B 42% -> 51% and 42% -> 47% exact next
-# line (29% -> 26% on this project's files), the 0.5B 37% -> 38% and 27% -> 27%; the 0.5B's typist on an AVX2
-# CPU saved 12.1% of characters instead of 15.6% in one run each (docs/line-starts.md).
+# once per place in the file, not once per line. With 320 tokens there and a CPU's prompt, on 240 line starts
+# each of google/adk-python, openai-agents-python and this project's files: the 1.5B 48.1% -> 55.3%, 45.0% ->
+# 50.0% and 25.1% -> 28.5% exact next line, so it is the 1.5B's default (`engine.catalog_entries`); the 0.5B
+# gained nothing (docs/line-starts.md).
 LINES_BELOW_SHARE = 0.25  # of the prompt's budget at most: a prompt cut for time holds none
 
 
-def lines_below_tokens(configured: int, suffix_tokens: int, budget: int) -> int:
-    """How many tokens of the lines below the cursor go ahead of the prefix: `configured` where the suffix holds
-    fewer and the block fits in LINES_BELOW_SHARE of `budget`, else none."""
-    return configured if suffix_tokens < configured <= budget * LINES_BELOW_SHARE else 0
+def lines_below_tokens(wanted: int, suffix_tokens: int, budget: int) -> int:
+    """How many tokens of the lines below the cursor go ahead of the prefix: `wanted` (`wanted_lines_below`)
+    where the suffix holds fewer and the block fits in LINES_BELOW_SHARE of `budget`, else none."""
+    return wanted if suffix_tokens < wanted <= budget * LINES_BELOW_SHARE else 0
+
+
+def wanted_lines_below(info: BackendInfo, configured: int | None) -> int:
+    """The lines below's tokens before the suffix and budget have their say: `configured` where the user set a
+    number, else the model's measured one."""
+    return configured if configured is not None else info.lines_below_tokens
 
 
 def gate_threshold(info: BackendInfo, configured: float | None) -> float:
@@ -329,7 +336,9 @@ def build_completion_context(
     name_file = bool(definitions)
     comment = spec.line_comment if spec else "#"
     suffix_tokens = affordable_suffix_tokens(info, settings.max_suffix_tokens)
-    below_tokens = lines_below_tokens(settings.lines_below_tokens, suffix_tokens, budget)
+    below_tokens = lines_below_tokens(
+        wanted_lines_below(info, settings.lines_below_tokens), suffix_tokens, budget
+    )
     if template.order == "psm" and template.file_sep is not None and below_tokens:
         below = lines_below(doc, offset, below_tokens, count_tokens)
         if below:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import pytest
 from tokenizers import Tokenizer, models
@@ -12,7 +13,7 @@ from engine.sequences import common_prefix_length
 from engine.tokens import SPECIAL_TOKENS
 from engine.train.tokenizer import train_code_tokenizer
 from lsp_server.context import ContextSettings, build_completion_context, detect_fim_template
-from lsp_server.context.builder import lines_below, lines_below_tokens
+from lsp_server.context.builder import lines_below, lines_below_tokens, wanted_lines_below
 from lsp_server.context.fim import (
     BUNDLED,
     Snippet,
@@ -289,6 +290,13 @@ def test_the_lines_below_go_ahead_of_the_prefix_where_the_suffix_holds_few() -> 
     ):
         ctx = build_completion_context(store, "file:///w/main.py", cursor, info, settings, _count)
         assert ctx.prompt.startswith("<|fim_prefix|>")
+    # The model's measured number where the user sets none (the 1.5B's 320); a number the user sets wins.
+    measured = replace(info, lines_below_tokens=320)
+    for settings, ahead in ((ContextSettings(), True), (ContextSettings(lines_below_tokens=0), False)):
+        ctx = build_completion_context(store, "file:///w/main.py", cursor, measured, settings, _count)
+        assert ctx.prompt.startswith("<|file_sep|>w/main.py\n" + below[:200]) is ahead
+    assert wanted_lines_below(info, None) == 0 and wanted_lines_below(measured, None) == 320
+    assert wanted_lines_below(measured, 0) == 0 and wanted_lines_below(info, 256) == 256
     assert lines_below_tokens(320, 64, 1536) == 320
     assert lines_below_tokens(320, 384, 1536) == 0  # the suffix holds them already
     assert lines_below_tokens(320, 64, 1000) == 0  # more than a quarter of the prompt

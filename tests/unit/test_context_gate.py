@@ -250,3 +250,9 @@ def test_the_gate_is_the_models_measured_threshold_unless_the_user_sets_one() ->
         "qwen2.5-coder-0.5b": 0.3,
         "qwen2.5-coder-1.5b": 0.3,
     }
+    # The lines below ahead of the file's text: measured to lift the 1.5B's lines, not the 0.5B's.
+    assert {name: entry.lines_below_tokens for name, entry in CATALOG.items()} == {
+        "smollm2-135m": 0,
+        "qwen2.5-coder-0.5b": 0,
+        "qwen2.5-coder-1.5b": 320,
+    }

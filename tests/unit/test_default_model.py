@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -366,7 +367,12 @@ def test_stats_say_which_model_runs_why_and_whether_it_fits() -> None:
     stats = stats_request(ls, None)
     assert stats["model_choice"] == "because"
     assert stats["suffix_tokens"] == 65  # what 650 tokens/s reads in 0.1 s (`suffixTokens` null, the default)
-    assert stats["lines_below_tokens"] == 0  # off by default (`linesBelowTokens`)
+    assert stats["lines_below_tokens"] == 0  # none measured for this model (`linesBelowTokens` null)
+    ls.scheduler.info = replace(info, lines_below_tokens=320)  # what a pulled 1.5B reports
+    assert stats_request(ls, None)["lines_below_tokens"] == 320
+    ls.settings.context = ContextSettings(lines_below_tokens=0)  # the user turned it off
+    assert stats_request(ls, None)["lines_below_tokens"] == 0
+    ls.scheduler.info, ls.settings.context = info, ContextSettings()
     assert stats["prompt_tokens"] == 1536  # it reads 260 from scratch in the at-rest second: the floor
     assert stats["first_line_gate"] == 0.0  # this model was never calibrated
     assert stats["keystroke_budget"]["fits"] is True and stats["keystroke_budget"]["detail"].startswith(

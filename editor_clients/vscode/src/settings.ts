@@ -39,7 +39,7 @@ export interface ServerSettings {
   minFirstLineProbability: number | null;
   importedFiles: boolean;
   importDefinitions: boolean;
-  linesBelowTokens: number;
+  linesBelowTokens: number | null;
 }
 
 type ServerKey = keyof ServerSettings;

@@ -45,7 +45,7 @@ describe("settings -> initializationOptions", () => {
       minFirstLineProbability: null,
       importedFiles: false,
       importDefinitions: true,
-      linesBelowTokens: 0,
+      linesBelowTokens: null,
     });
   });
 
