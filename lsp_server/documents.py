@@ -70,6 +70,10 @@ class Document:
     # Where the larger prompt read aside in the background begins (`scheduling.worker`, `warm_aside`): it
     # keeps its own start while it grows, as the prompt requests are served from keeps its.
     grow_start_line: int | None = field(default=None, repr=False)
+    # Where the last prompt's block of the lines below began, counted from the file's end (`context.builder`,
+    # `linesBelowTokens`): lines typed or opened above it leave that count alone, so the block, at the prompt's
+    # head, stays the same and so does the whole cached prompt.
+    below_start_from_end: int | None = field(default=None, repr=False)
     in_sync: bool = True  # False after an edit that did not apply or a version that did not go up
     lone_cr: bool = False  # the text holds a "\r" not followed by "\n"
 
@@ -162,10 +166,28 @@ class ImportedFiles(Protocol):
     def prepare(self, current: Document) -> None: ...
 
 
+PromptStarts = tuple[int | None, int | None, int | None]
+
+
+def prompt_starts(doc: Document) -> PromptStarts:
+    """Where the document's prompts start: the served one's first line, the growth's, the lines below's."""
+    return doc.prompt_start_line, doc.grow_start_line, doc.below_start_from_end
+
+
+def starts_moved(new: PromptStarts, taken: PromptStarts, current: PromptStarts) -> PromptStarts:
+    """Each start a copy moved since it was `taken`, the `current` one where it did not."""
+    first, grow, below = (
+        moved if moved != was else now for moved, was, now in zip(new, taken, current, strict=True)
+    )
+    return first, grow, below
+
+
 class DocumentStore:
     def __init__(self, position_encoding: str = "utf-16") -> None:
         self.position_encoding = position_encoding
         self._documents: dict[str, Document] = {}
+        # In a snapshot: where each document's prompts started when it was taken (`adopt_trees`).
+        self._starts_taken: dict[str, PromptStarts] = {}
         # The files on disk that open documents import (None: no workspace folder, or the setting is off).
         self.workspace: ImportedFiles | None = None
 
@@ -208,6 +230,7 @@ class DocumentStore:
         copy = DocumentStore(self._encoding)
         copy.workspace = self.workspace
         copy._documents = {uri: doc.snapshot() for uri, doc in self._documents.items()}
+        copy._starts_taken = {uri: prompt_starts(doc) for uri, doc in self._documents.items()}
         return copy
 
     def assume_inserted(self, uri: str, offset: int, text: str) -> None:
@@ -221,8 +244,12 @@ class DocumentStore:
         for uri, copy in snapshot._documents.items():
             doc = self._documents.get(uri)
             if doc is not None:
-                doc.prompt_start_line = copy.prompt_start_line
-                doc.grow_start_line = copy.grow_start_line
+                # Only the starts this copy's prompt moved: a copy taken before another prompt moved one (the
+                # growth read aside, say) must not put the older start back.
+                taken = snapshot._starts_taken.get(uri)
+                new = prompt_starts(copy)
+                starts = new if taken is None else starts_moved(new, taken, prompt_starts(doc))
+                doc.prompt_start_line, doc.grow_start_line, doc.below_start_from_end = starts
             if doc is not None and doc.data is copy.data and doc._tree_stale and not copy._tree_stale:
                 doc._tree, doc._tree_stale = copy._tree, False
                 if copy.parser is None:  # its parse was over budget

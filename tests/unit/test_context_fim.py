@@ -13,7 +13,12 @@ from engine.sequences import common_prefix_length
 from engine.tokens import SPECIAL_TOKENS
 from engine.train.tokenizer import train_code_tokenizer
 from lsp_server.context import ContextSettings, build_completion_context, detect_fim_template
-from lsp_server.context.builder import lines_below, lines_below_tokens, wanted_lines_below
+from lsp_server.context.builder import (
+    BELOW_STICKY_LINES,
+    lines_below,
+    lines_below_tokens,
+    wanted_lines_below,
+)
 from lsp_server.context.fim import (
     BUNDLED,
     Snippet,
@@ -317,6 +322,23 @@ def test_the_lines_below_stay_while_lines_are_typed_above_them() -> None:
         ctx = build_completion_context(store, uri, cursor, info, BELOW, _count)
         heads.add(ctx.prompt.partition("<|fim_prefix|>")[0])
     assert len(heads) == 1  # the block, and with it the prompt's cached start, never changed
+
+
+def test_a_prompt_a_few_lines_up_keeps_the_block_and_so_the_cached_prompt() -> None:
+    # A growth read aside for the line where typing began, a warm-up: a line start a little above the cursor.
+    store = DocumentStore()
+    store.open("file:///w/a.py", "python", 1, "".join(f"line_{n} = {n}\n" for n in range(40)))
+    doc = store.get("file:///w/a.py")
+    assert lines_below(doc, doc.line_start(20), 100, _count).startswith("line_21 = 21\n")
+    for up in range(1, BELOW_STICKY_LINES + 1):  # its lines between are in the suffix
+        assert lines_below(doc, doc.line_start(20 - up), 100, _count).startswith("line_21 = 21\n")
+    # Further up, or at the block's own first line, the block starts at the next line again.
+    assert lines_below(doc, doc.line_start(10), 100, _count).startswith("line_11 = 11\n")
+    assert lines_below(doc, doc.line_start(11), 100, _count).startswith("line_12 = 12\n")
+    # A line opened above it (Enter) moves the block's line number, not its text.
+    store.change("file:///w/a.py", 2, [TextChange((5, 0, 5, 0), "new = 0\n")])
+    doc = store.get("file:///w/a.py")
+    assert lines_below(doc, doc.line_start(11), 100, _count).startswith("line_12 = 12\n")
 
 
 def test_the_lines_below_are_whole_lines_within_their_budget() -> None:

@@ -92,6 +92,24 @@ def test_the_prompt_start_a_snapshot_chose_is_kept_by_the_store() -> None:
     assert store.get("file:///a.py").prompt_start_line == 17
 
 
+def test_a_copy_taken_earlier_does_not_put_an_older_start_back() -> None:
+    """Two prompts built side by side (a request's and the growth read aside): each copy gives back only the
+    starts its own prompt moved. Before, the request's copy put the growth's start back to what it was when
+    the copy was taken, and the next growth began elsewhere and read its prompt again from the start."""
+    from lsp_server.documents import DocumentStore
+
+    store = DocumentStore()
+    store.open("file:///a.py", "python", 1, "x = 1\n" * 50)
+    request, growth = store.snapshot(), store.snapshot()
+    growth.get("file:///a.py").grow_start_line = 12
+    growth.get("file:///a.py").below_start_from_end = 30
+    store.adopt_trees(growth)
+    request.get("file:///a.py").prompt_start_line = 17  # the request moved its own start only
+    store.adopt_trees(request)
+    adopted = store.get("file:///a.py")
+    assert (adopted.prompt_start_line, adopted.grow_start_line, adopted.below_start_from_end) == (17, 12, 30)
+
+
 def test_a_model_whose_first_line_fits_says_so_with_the_numbers() -> None:
     from lsp_server.scheduling.budget import first_line_fit
 
