@@ -240,7 +240,8 @@ class DocumentStore:
 
     def adopt_trees(self, snapshot: DocumentStore) -> None:
         """Keep the trees a snapshot parsed, for the documents not edited since it was taken, and where each
-        prompt started (a line: still the best guess after an edit, so the next prompt shares the cache)."""
+        prompt started that the snapshot's own prompt moved (a line: still the best guess after an edit, so the
+        next prompt shares the cache)."""
         for uri, copy in snapshot._documents.items():
             doc = self._documents.get(uri)
             if doc is not None:
