@@ -234,12 +234,7 @@ def score_model(
     """Run every position through the server's context builder, the engine and the final trim."""
     from engine.models import describe_model, load_pair
     from engine.service import LocalEngine
-    from lsp_server.context.builder import (
-        affordable_suffix_tokens,
-        full_prompt_tokens,
-        lines_below_tokens,
-        wanted_lines_below,
-    )
+    from lsp_server.context.builder import affordable_suffix_tokens, full_prompt_tokens, lines_below_tokens
     from lsp_server.context.fim import marker_texts
     from lsp_server.context.gate import first_line_confidence
     from lsp_server.context.indentation import indentation_ok
@@ -303,7 +298,7 @@ def score_model(
         "suffix_tokens": suffix_tokens,
         # Up to this many, and a quarter of the prompt, in templates with a file separator.
         "lines_below_tokens": lines_below_tokens(
-            wanted_lines_below(info, settings.context.lines_below_tokens), suffix_tokens, prompt_tokens
+            info, settings.context.lines_below_tokens, suffix_tokens, prompt_tokens
         ),
         "summary": summarize(outcomes),
         "gate": gate_report(outcomes, default_gate_threshold(info)),

@@ -180,16 +180,12 @@ def affordable_suffix_tokens(info: BackendInfo, configured: int | None) -> int:
 LINES_BELOW_SHARE = 0.25  # of the prompt's budget at most: a prompt cut for time holds none
 
 
-def lines_below_tokens(wanted: int, suffix_tokens: int, budget: int) -> int:
-    """How many tokens of the lines below the cursor go ahead of the prefix: `wanted` (`wanted_lines_below`)
-    where the suffix holds fewer and the block fits in LINES_BELOW_SHARE of `budget`, else none."""
+def lines_below_tokens(info: BackendInfo, configured: int | None, suffix_tokens: int, budget: int) -> int:
+    """How many tokens of the lines below the cursor go ahead of the prefix: `configured` where the user set a
+    number, else the model's measured one, where the suffix holds fewer and the block fits in
+    LINES_BELOW_SHARE of `budget`; else none."""
+    wanted = configured if configured is not None else info.lines_below_tokens
     return wanted if suffix_tokens < wanted <= budget * LINES_BELOW_SHARE else 0
-
-
-def wanted_lines_below(info: BackendInfo, configured: int | None) -> int:
-    """The lines below's tokens before the suffix and budget have their say: `configured` where the user set a
-    number, else the model's measured one."""
-    return configured if configured is not None else info.lines_below_tokens
 
 
 def gate_threshold(info: BackendInfo, configured: float | None) -> float:
@@ -336,9 +332,7 @@ def build_completion_context(
     name_file = bool(definitions)
     comment = spec.line_comment if spec else "#"
     suffix_tokens = affordable_suffix_tokens(info, settings.max_suffix_tokens)
-    below_tokens = lines_below_tokens(
-        wanted_lines_below(info, settings.lines_below_tokens), suffix_tokens, budget
-    )
+    below_tokens = lines_below_tokens(info, settings.lines_below_tokens, suffix_tokens, budget)
     if template.order == "psm" and template.file_sep is not None and below_tokens:
         below = lines_below(doc, offset, below_tokens, count_tokens)
         if below:

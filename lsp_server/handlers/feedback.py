@@ -11,7 +11,6 @@ from lsp_server.context.builder import (
     full_prompt_tokens,
     gate_threshold,
     lines_below_tokens,
-    wanted_lines_below,
 )
 from lsp_server.handlers.guard import field, guarded
 from lsp_server.language_server import SpeclsServer
@@ -85,11 +84,7 @@ def stats_request(ls: SpeclsServer, params: Any) -> dict[str, Any]:
     )
     # The lines below the cursor, ahead of the file's text where the suffix holds fewer (Qwen's layout).
     result["lines_below_tokens"] = (
-        lines_below_tokens(
-            wanted_lines_below(info, context.lines_below_tokens),
-            result["suffix_tokens"],
-            result["prompt_tokens"],
-        )
+        lines_below_tokens(info, context.lines_below_tokens, result["suffix_tokens"], result["prompt_tokens"])
         if info is not None
         else context.lines_below_tokens
     )

@@ -17,7 +17,6 @@ from lsp_server.context.builder import (
     BELOW_STICKY_LINES,
     lines_below,
     lines_below_tokens,
-    wanted_lines_below,
 )
 from lsp_server.context.fim import (
     BUNDLED,
@@ -300,12 +299,14 @@ def test_the_lines_below_go_ahead_of_the_prefix_where_the_suffix_holds_few() -> 
     for settings, ahead in ((ContextSettings(), True), (ContextSettings(lines_below_tokens=0), False)):
         ctx = build_completion_context(store, "file:///w/main.py", cursor, measured, settings, _count)
         assert ctx.prompt.startswith("<|file_sep|>w/main.py\n" + below[:200]) is ahead
-    assert wanted_lines_below(info, None) == 0 and wanted_lines_below(measured, None) == 320
-    assert wanted_lines_below(measured, 0) == 0 and wanted_lines_below(info, 256) == 256
-    assert lines_below_tokens(320, 64, 1536) == 320
-    assert lines_below_tokens(320, 384, 1536) == 0  # the suffix holds them already
-    assert lines_below_tokens(320, 64, 1000) == 0  # more than a quarter of the prompt
-    assert lines_below_tokens(0, 64, 1536) == 0
+    assert (
+        lines_below_tokens(info, None, 64, 1536) == 0 and lines_below_tokens(measured, None, 64, 1536) == 320
+    )
+    assert lines_below_tokens(measured, 0, 64, 1536) == 0 and lines_below_tokens(info, 256, 64, 1536) == 256
+    assert lines_below_tokens(info, 320, 64, 1536) == 320
+    assert lines_below_tokens(info, 320, 384, 1536) == 0  # the suffix holds them already
+    assert lines_below_tokens(info, 320, 64, 1000) == 0  # more than a quarter of the prompt
+    assert lines_below_tokens(info, 0, 64, 1536) == 0
 
 
 def test_the_lines_below_stay_while_lines_are_typed_above_them() -> None:
