@@ -666,6 +666,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "importDefinitions false)",
     )
     parser.add_argument(
+        "--no-steer-imports",
+        action="store_true",
+        help="let the model name modules and names the workspace lacks on `from` lines among the imports (the "
+        "server's steerImports false)",
+    )
+    parser.add_argument(
         "--context-tokens",
         type=positive,
         help="the prompt budget (the server's contextTokens; default: what this machine reads in time, as the "
@@ -704,6 +710,7 @@ def command(args: argparse.Namespace) -> int:
         ("linesBelowTokens", args.lines_below_tokens),
         ("importedFiles", True if args.imported_files else None),
         ("importDefinitions", False if args.no_import_definitions else None),
+        ("steerImports", False if args.no_steer_imports else None),
     )
     overrides = {name: value for name, value in named if value is not None}
     try:

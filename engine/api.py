@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -114,6 +114,27 @@ class LearningDraftPolicy(DraftPolicy, Protocol):
     def observe(self, drafter: str, num_drafted: int, num_accepted: int) -> None: ...
 
 
+@dataclass(frozen=True)
+class ImportNames:
+    """What a Python `from M import ...` line at the cursor may name, as the workspace tells (`engine.imports`
+    steers a line that would name anything else to the best-scored name that exists).
+
+    `modules` maps each module the line could spell to the names importable from it (a package's submodules
+    among them): relative spellings (".x", "..y.z", "." for the package itself) down to `relative_depth`
+    leading dots, and absolute ones whose first part is a package of the workspace. A spelling outside both
+    is not judged (the standard library, installed packages)."""
+
+    line_start: str  # the cursor's line before the cursor, already typed
+    modules: Mapping[str, frozenset[str]]
+    relative_depth: int = 1
+
+
+def may_become_from_import(line: str) -> bool:
+    """Whether a line written so far may still turn into a `from` import (where `ImportNames` applies)."""
+    stripped = line.lstrip(" \t")
+    return stripped.startswith("from") or "from".startswith(stripped)
+
+
 @dataclass
 class CompletionRequest:
     prompt: str  # fully assembled prompt text (FIM template already applied)
@@ -135,6 +156,8 @@ class CompletionRequest:
     # Token healing: text the completion must begin with, already typed and left out of the prompt's end
     # (the word fragment before the cursor). It is generated under a constraint and left out of the result.
     forced_prefix: str = ""
+    # At a Python import line: the modules and names the workspace has (`ImportNames`); None elsewhere.
+    import_names: ImportNames | None = None
 
 
 @dataclass

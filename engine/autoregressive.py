@@ -12,6 +12,7 @@ from engine.api import CancelToken, CompletionResult, OnText
 from engine.decoder import CausalDecoder, forward_or_cancel
 from engine.generation import Decode, DecodeSettings, start_decoding, token_probabilities
 from engine.healing import ForcedPrefix
+from engine.imports import ImportLineConstraint
 
 
 def autoregressive_generate(
@@ -23,11 +24,13 @@ def autoregressive_generate(
     on_text: OnText | None = None,
     cancel: CancelToken | None = None,
     forced: ForcedPrefix | None = None,
+    imports: ImportLineConstraint | None = None,
 ) -> CompletionResult:
     """Greedy or sampled decoding; prompts longer than the window are cut from the left (`fit_prompt`).
 
     With `forced`, the first tokens must spell its text (token healing, `engine.healing`), which the
-    result's text leaves out.
+    result's text leaves out. With `imports`, an import line is steered to what the workspace has
+    (`engine.imports`).
     """
     with torch.inference_mode():
         run = start_decoding(
@@ -41,9 +44,13 @@ def autoregressive_generate(
                 break
             if forced is not None:
                 logits = forced.constrain(logits)
+            if imports is not None:
+                logits = imports.constrain(logits)
             token = run.picker.pick(logits[0])
             if forced is not None:
                 forced.advance([token])
+            if imports is not None:
+                imports.advance([token])
             run.stats.target_forwards += 1
             run.output.extend([token], token_probabilities(logits, [token]))
             pending = token

@@ -42,6 +42,7 @@ from engine.drafters.suffix import SuffixDrafter
 from engine.generation import DecodeSettings, fit_prompt, sync_cache
 from engine.healing import ForcedPrefix, TokenTexts, can_spell_words
 from engine.hf_decoder import context_length
+from engine.imports import ImportLineConstraint
 from engine.memory import process_memory_mb, return_freed_memory
 from engine.models import ModelPair, end_of_text_ids, load_pair
 from engine.runtime import RuntimeChoice, build_draft_decoder, build_target_decoder
@@ -288,6 +289,9 @@ class LocalEngine:
         forced = None
         if request.forced_prefix:
             forced = ForcedPrefix(request.forced_prefix, self.encode, self.token_texts)
+        imports = None
+        if request.import_names is not None:
+            imports = ImportLineConstraint(request.import_names, self.token_texts, request.forced_prefix)
         with self._lock:
             self._serve_from_best_cache(prompt_ids)
             if request.drafter == "none":
@@ -299,6 +303,7 @@ class LocalEngine:
                     on_text=on_text,
                     cancel=cancel,
                     forced=forced,
+                    imports=imports,
                 )
             drafter = self._build_drafter(request, cancel)
             policy = self._draft_policy(request)
@@ -315,6 +320,7 @@ class LocalEngine:
                 # not change which drafts are tried, and so which tokens the seed samples.
                 step_costs=self.step_costs if request.seed is None else None,
                 forced=forced,
+                imports=imports,
             )
 
     def warm(self, request: CompletionRequest, *, cancel: CancelToken | None = None) -> WarmResult:

@@ -10,7 +10,7 @@ back to the context minus its new last token; rejected positions are simply forg
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -35,6 +35,7 @@ from engine.generation import (
     token_probabilities,
 )
 from engine.healing import ForcedPrefix
+from engine.imports import ImportLineConstraint
 from engine.verify import greedy_accept, speculative_sample_accept
 
 CONTEXT_CHARS = 400  # characters of text before the next token that a draft policy sees
@@ -87,6 +88,7 @@ def speculative_generate(
     cancel: CancelToken | None = None,
     step_costs: StepCosts | None = None,
     forced: ForcedPrefix | None = None,
+    imports: ImportLineConstraint | None = None,
 ) -> CompletionResult:
     """Generate a completion of `prompt_ids`; prompts longer than the window are cut from the left.
 
@@ -97,11 +99,12 @@ def speculative_generate(
 
     With `forced` (token healing), the drafter is wrapped in a `ForcedPrefixDrafter`, whose first rounds
     draft the forced text's own spelling, and every verify is constrained as in the plain loop
-    (`ForcedPrefix.constrain`); the spelling rounds teach neither the drafter nor the policy.
+    (`ForcedPrefix.constrain`); the spelling rounds teach neither the drafter nor the policy. With `imports`,
+    an import line is steered the same way, after healing's constraint (`engine.imports`).
     """
     if forced is not None:
         drafter = ForcedPrefixDrafter(drafter, forced)
-    constrain = forced.constrain if forced is not None else _unconstrained
+    constrain = _chained(forced, imports)
     learner = policy if isinstance(policy, LearningDraftPolicy) else None
     with torch.inference_mode():
         # 1. Prefill: reuse the cached prefix shared with the previous call, feed only the new tokens (a
@@ -154,6 +157,8 @@ def speculative_generate(
             target.crop(len(context) + accepted)
             new_tokens = [*draft_ids[:accepted], next_token]
             context.extend(new_tokens)
+            if imports is not None:
+                imports.advance(new_tokens)
             used = draft.drafter or drafter.name
             stats.count_round(used, len(draft_ids), accepted, in_totals=sized_by_policy)
             drafter.observe(context, accepted, len(draft_ids))
@@ -171,8 +176,19 @@ def _cancelled(cancel: CancelToken | None) -> bool:
     return cancel is not None and cancel.cancelled
 
 
-def _unconstrained(logits: torch.Tensor, path: Sequence[int]) -> torch.Tensor:
-    return logits
+def _chained(
+    forced: ForcedPrefix | None, imports: ImportLineConstraint | None
+) -> Callable[[torch.Tensor, Sequence[int]], torch.Tensor]:
+    """One verify's constraint: token healing's, then the import line's (each masks only its own rows)."""
+
+    def constrain(logits: torch.Tensor, path: Sequence[int]) -> torch.Tensor:
+        if forced is not None:
+            logits = forced.constrain(logits, path)
+        if imports is not None:
+            logits = imports.constrain(logits, path)
+        return logits
+
+    return constrain
 
 
 def _choose(

@@ -230,6 +230,7 @@ _FIELDS: dict[str, tuple[str, ValueType]] = {
     "minFirstLineProbability": ("context.min_first_line_probability", _optional_float_in(0.0, 1.0)),
     "importedFiles": ("context.imported_files", _bool),
     "importDefinitions": ("context.import_definitions", _bool),
+    "steerImports": ("context.steer_imports", _bool),
     "linesBelowTokens": ("context.lines_below_tokens", _optional_int_in(0, 1_000_000)),
 }
 

@@ -156,12 +156,14 @@ class Document:
 
 
 class ImportedFiles(Protocol):
-    """Where the files a document imports come from when they are not open, and where the workspace defines
-    the names it uses (`context.workspace`)."""
+    """Where the files a document imports come from when they are not open, where the workspace defines the
+    names it uses, and what its `from` lines may import (`context.workspace`)."""
 
     def imported_documents(self, current: Document, open_uris: Sequence[str]) -> list[Document]: ...
 
     def definition_snippets(self, current: Document, offset: int) -> tuple[str, list[tuple[str, str]]]: ...
+
+    def import_names(self, current: Document) -> tuple[dict[str, frozenset[str]], int] | None: ...
 
     def prepare(self, current: Document) -> None: ...
 

@@ -42,4 +42,5 @@ def engine_request(
         drafter=settings.drafter,
         stop_check=ctx.stop_check,
         forced_prefix=clean(ctx.forced_prefix),
+        import_names=ctx.import_names,
     )

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from engine.api import BackendInfo, StopCheck
+from engine.api import BackendInfo, ImportNames, StopCheck, may_become_from_import
 from engine.costs import AT_REST_SUGGESTION_S, readable_prompt_tokens
 from engine.words import ascii_word, is_word_char, word_start
 from lsp_server.context.definitions import in_import_block
@@ -63,6 +63,9 @@ class ContextSettings:
     # At a line among a Python file's imports: the first line of each definition the workspace holds for a
     # name the file uses but does not bind, and the file's own path (`context.definitions`).
     import_definitions: bool = True
+    # At a line among a Python file's imports: a `from` line the model writes names only modules and names the
+    # workspace has (`engine.imports`; the local engine steers, a remote endpoint is not asked to).
+    steer_imports: bool = True
     # The lines below the cursor's line, up to this many tokens, as a block before the file's text (Qwen's
     # repository layout, under the file's path), where they stay cached while lines are typed above them; only
     # where the suffix holds fewer (`lines_below_tokens` below). None: what was measured for the model
@@ -87,6 +90,7 @@ class CompletionContext:
     )
     indent_style: IndentStyle = field(default_factory=IndentStyle)  # how the file indents
     why_none: str = ""  # with mode "none": "mid-word" or "in-literal" (a suppressed string or comment)
+    import_names: ImportNames | None = None  # at a Python import line: what the workspace has to import
 
 
 MAX_HEALED_WORD = 40  # longer runs (minified code, hashes) are not worth re-generating
@@ -361,7 +365,30 @@ def build_completion_context(
         stop_rules=rules,
         forced_prefix=fragment,
         indent_style=style,
+        import_names=_import_names(store, doc, offset, line_before, settings, in_code),
     )
+
+
+def _import_names(
+    store: DocumentStore,
+    doc: Document,
+    offset: int,
+    line_before: str,
+    settings: ContextSettings,
+    in_code: bool,
+) -> ImportNames | None:
+    """What a `from` line at the cursor may import, at a line among a Python file's imports that may still
+    become one; None elsewhere."""
+    workspace = store.workspace
+    if not (in_code and settings.steer_imports and workspace is not None and doc.language == "python"):
+        return None
+    if not may_become_from_import(line_before) or not in_import_block(doc.text, offset):
+        return None
+    found = workspace.import_names(doc)
+    if found is None:
+        return None
+    modules, relative_depth = found
+    return ImportNames(line_before, modules, relative_depth)
 
 
 # The block of the lines below keeps its first line while the cursor is at most this many lines above it: a

@@ -80,8 +80,7 @@ def unbound_names(text: str) -> tuple[str, ...]:
     used = [
         m.group(0) for m in _NAME.finditer(code_without_imports) if _names_something(m, code_without_imports)
     ]
-    for listed in _ALL.findall(text):
-        used += re.findall(r"[\"']([A-Za-z_]\w*)[\"']", listed)
+    used += listed_names(text)
     seen: dict[str, None] = {}
     for name in used:
         if name not in bound and name not in _KNOWN and not name.startswith("__"):
@@ -113,6 +112,11 @@ def top_level_definitions(text: str, reexports: bool = False) -> dict[str, str]:
             for name in imported_names(match.group(1)):
                 found.setdefault(name, _line_at(text, match.start()))
     return found
+
+
+def listed_names(text: str) -> list[str]:
+    """The names a module's `__all__` lists."""
+    return [name for listed in _ALL.findall(text) for name in re.findall(r"[\"']([A-Za-z_]\w*)[\"']", listed)]
 
 
 def imported_names(clause: str) -> list[str]:

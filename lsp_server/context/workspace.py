@@ -25,11 +25,19 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeGuard, TypeVar
 from urllib.parse import unquote, urlparse
 
-from lsp_server.context.definitions import top_level_definitions, unbound_names, without_line_at
+from lsp_server.context.definitions import (
+    bound_names,
+    code_only,
+    listed_names,
+    top_level_definitions,
+    unbound_names,
+    without_line_at,
+)
 from lsp_server.context.snippets import imports_of
 from lsp_server.documents import Document, new_document
 
@@ -42,6 +50,9 @@ MAX_CACHED_FILES = 128  # parsed files kept, oldest dropped first: memory stays 
 RESOLVE_TTL_S = 30.0
 MAX_INDEXED_FILES = 2000
 MAX_LISTED_ENTRIES = 20000
+MAX_RELATIVE_DOTS = (
+    2  # `from .x` and `from ..x` are spelled out for the import-line steering; deeper is not judged
+)
 MAX_INDEXES = 8  # import roots indexed at once (a workspace of many script folders has many)
 MAX_DEFINITIONS = 12  # definition lines in the prompt, from at most this many modules too
 AMBIGUOUS_MODULES = 3  # a name defined in more modules than this (`logger`, `main`) says nothing
@@ -49,15 +60,24 @@ _FROM = re.compile(r"from[ \t]+(\.*)([\w.]*)[ \t]+import\b")
 _SKIPPED_FOLDERS = frozenset({"node_modules", "site-packages", "__pycache__", "venv", "build", "dist"})
 
 
+@dataclass(frozen=True)
+class ModuleOutline:
+    """What one .py file offers to the files that import it."""
+
+    definitions: dict[str, str]  # its top-level names -> the line that defines each (`top_level_definitions`)
+    bound: frozenset[str]  # every name it binds anywhere: what `from it import` may name, counted generously
+
+
 class ModuleIndex:
     """The top-level names of the .py files under one import root, by name and by module."""
 
-    def __init__(self, root: Path, files: dict[Path, dict[str, str]]) -> None:
+    def __init__(self, root: Path, files: dict[Path, ModuleOutline]) -> None:
         self.root = root
         self.defined_in: dict[str, list[Path]] = {}
         self.modules: dict[str, list[Path]] = {}  # a module's last dotted part -> its files
-        self.definitions = files
-        for path, names in files.items():
+        self.definitions = {path: outline.definitions for path, outline in files.items()}
+        self.bound = {path: outline.bound for path, outline in files.items()}
+        for path, names in self.definitions.items():
             for name in names:
                 self.defined_in.setdefault(name, []).append(path)
             module = path.parent.name if path.name == "__init__.py" else path.stem
@@ -122,8 +142,43 @@ def _parsed_document(path: Path, text: str) -> Document:
     return document
 
 
-def _module_names(path: Path, text: str) -> dict[str, str]:
-    return top_level_definitions(text, reexports=path.name == "__init__.py")
+def _module_outline(path: Path, text: str) -> ModuleOutline:
+    # Names bound in a block (`try:` around an import, `if TYPE_CHECKING:`) are importable too: a name counted
+    # that is not lets a wrong import through; one missed would steer a right one away (`engine.imports`).
+    return ModuleOutline(
+        top_level_definitions(text, reexports=path.name == "__init__.py"),
+        frozenset(bound_names(code_only(text))) | frozenset(listed_names(text)),
+    )
+
+
+def importable(index: ModuleIndex, here: Path) -> tuple[dict[str, frozenset[str]], int]:
+    """(each module a `from` line in file `here` could spell -> the names importable from it, how many
+    leading dots its relative spellings go to): absolute dotted spellings from the import root, and relative
+    ones from `here`'s package and, inside the root, its parent. A package's names include its submodules."""
+    parts_of = {path: _module_parts(path, index.root) for path in index.bound}
+    names: dict[tuple[str, ...], set[str]] = {}
+    for path, parts in parts_of.items():
+        names.setdefault(parts, set()).update(index.bound[path])
+        for depth in range(len(parts)):  # each package above the module holds it as a submodule
+            names.setdefault(parts[:depth], set()).add(parts[depth])
+    frozen = {parts: frozenset(found) for parts, found in names.items()}
+    modules = {".".join(parts): found for parts, found in frozen.items() if len(parts) > 1}
+    package = _module_parts(here.parent / "__init__.py", index.root)
+    depth = 0
+    while depth < MAX_RELATIVE_DOTS and len(package) >= depth:
+        base = package[: len(package) - depth]
+        dots = "." * (depth + 1)
+        for parts, found in frozen.items():
+            if parts[: len(base)] == base:
+                modules[dots + ".".join(parts[len(base) :])] = found
+        depth += 1
+    return modules, depth
+
+
+def _module_parts(path: Path, root: Path) -> tuple[str, ...]:
+    """The dotted parts a module is imported by from `root` (a package is its folder)."""
+    parts = path.relative_to(root).with_suffix("").parts
+    return parts[:-1] if parts[-1:] == ("__init__",) else parts
 
 
 def _nearest(paths: Sequence[Path], here: Path) -> Path:
@@ -160,7 +215,9 @@ class WorkspaceFiles:
         # fresh or not, never waits on this lock.
         self._build_lock = threading.Lock()
         # Top-level names of every indexed file; pruned to the files of the indexes kept (`_build_index`).
-        self._outlines = _MadeFromFiles(_module_names, MAX_INDEXES * MAX_INDEXED_FILES)
+        self._outlines = _MadeFromFiles(_module_outline, MAX_INDEXES * MAX_INDEXED_FILES)
+        # The last file's importable modules, for the index they came from: lines typed at its imports reuse it.
+        self._importable: tuple[tuple[Path, int], tuple[dict[str, frozenset[str]], int]] | None = None
 
     @classmethod
     def from_uris(cls, uris: Sequence[str]) -> WorkspaceFiles | None:
@@ -214,6 +271,19 @@ class WorkspaceFiles:
             for path, lines in sorted(chosen.items())
         ]
         return here.relative_to(root).as_posix(), snippets
+
+    def import_names(self, current: Document) -> tuple[dict[str, frozenset[str]], int] | None:
+        """What a `from` line of `current` may import (`importable`); None outside the workspace folders."""
+        here, root = self._place_of(current)
+        if here is None or root is None:
+            return None
+        index = self._current_index(root)
+        key = (here, id(index))
+        if self._importable is not None and self._importable[0] == key:
+            return self._importable[1]
+        found = importable(index, here)
+        self._importable = (key, found)
+        return found
 
     def prepare(self, current: Document) -> None:
         """Start indexing `current`'s import root aside, unless a fresh index or a build is there already: the
@@ -275,11 +345,11 @@ class WorkspaceFiles:
             if _fresh(cached):
                 return cached[1]
             started = time.monotonic()
-            files: dict[Path, dict[str, str]] = {}
+            files: dict[Path, ModuleOutline] = {}
             for path in _python_files(root):
-                names = self._outlines.get(path)
-                if names is not None:
-                    files[path] = names
+                outline = self._outlines.get(path)
+                if outline is not None:
+                    files[path] = outline
             index = ModuleIndex(root, files)
             log.info(
                 "indexed %d files under %s in %.0f ms", len(files), root, (time.monotonic() - started) * 1000

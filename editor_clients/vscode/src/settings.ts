@@ -39,6 +39,7 @@ export interface ServerSettings {
   minFirstLineProbability: number | null;
   importedFiles: boolean;
   importDefinitions: boolean;
+  steerImports: boolean;
   linesBelowTokens: number | null;
 }
 
@@ -80,6 +81,7 @@ export const SERVER_KEYS: readonly ServerKey[] = [
   "minFirstLineProbability",
   "importedFiles",
   "importDefinitions",
+  "steerImports",
   "linesBelowTokens",
 ];
 

@@ -45,6 +45,7 @@ describe("settings -> initializationOptions", () => {
       minFirstLineProbability: null,
       importedFiles: false,
       importDefinitions: true,
+      steerImports: true,
       linesBelowTokens: null,
     });
   });

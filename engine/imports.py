@@ -1,0 +1,179 @@
+"""Import lines that name what exists: a `from M import N` line is steered to modules and names the workspace has.
+
+An import line names a module of the project and what it defines, and neither is in the file being written; a
+small model guesses a plausible spelling (`LLMAgent` for `LlmAgent`, `.gcp_code_executor` for a module that
+does not exist), and the line is wrong however good the rest of the suggestion. The server knows the answer's
+space (`ImportNames`: each module a line could spell, the names importable from it), so:
+
+- `import_line_fits` (pure) says whether a line, as written so far, can still become a `from` import of a
+  module the workspace has, naming only what that module binds. A line that is not a `from` import, or whose
+  module is outside what the server enumerated (the standard library, installed packages), always fits.
+- `ImportLineConstraint` masks the target's logits like token healing's constraint (`engine.healing`): at each
+  row, the STEERED_CANDIDATES best tokens are checked and those that break the line are masked, so the target
+  picks the best-scored token that fits. It applies in the plain loop and in the speculative loop alike, so
+  greedy speculative output stays token-identical to plain greedy decoding under the same constraint. Where no
+  checked token fits, the row is left as it is (the model has something else in mind).
+
+Only the cursor's first line is steered; the constraint ends at its line break.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import torch
+
+from engine.api import ImportNames, may_become_from_import
+from engine.healing import TokenTexts
+
+# Tokens checked per row, best first: a greedy pick is the best of these that fits. A name the model scores
+# below them is not one it would write.
+STEERED_CANDIDATES = 64
+
+_FROM = re.compile(r"[ \t]*from(?P<gap>[ \t]+)(?P<module>[\w.]*)(?P<rest>.*)", re.DOTALL)
+_IMPORT_KEYWORD = re.compile(r"(?P<gap>[ \t]+)(?P<keyword>\w*)(?P<clause>.*)", re.DOTALL)
+_UNJUDGED = re.compile(r"[#\\;\"']")  # a comment, a continuation, a second statement: not judged
+
+
+def import_line_fits(line: str, names: ImportNames, ended: bool) -> bool:
+    """Whether `line` (the cursor's line as written so far; `ended`: its line break came) can still become a
+    `from` import of a module in `names.modules` naming only what that module binds. Lines it does not judge
+    fit: not a `from` import, a module outside what was enumerated, a clause with comments or strings."""
+    match = _FROM.fullmatch(line)
+    if match is None:
+        return True
+    module, rest = match["module"], match["rest"]
+    if not _judged(module, names):
+        return True
+    if not rest and not ended:  # the module is being spelled
+        return any(known.startswith(module) for known in names.modules)
+    if module not in names.modules:
+        return False
+    if not rest.strip():
+        return True
+    keyword = _IMPORT_KEYWORD.fullmatch(rest)
+    if keyword is None:
+        return False
+    if not keyword["clause"] and not ended:
+        return "import".startswith(keyword["keyword"])
+    if keyword["keyword"] != "import":
+        return False
+    return _clause_fits(keyword["clause"], names.modules[module], ended)
+
+
+def _judged(module: str, names: ImportNames) -> bool:
+    """Whether the server enumerated where `module` can lead: relative spellings down to `relative_depth`
+    dots, absolute ones whose first part is a workspace package (known only once that part is complete)."""
+    dots = len(module) - len(module.lstrip("."))
+    if dots:
+        return dots <= names.relative_depth
+    head, dot, _ = module.partition(".")
+    return bool(dot) and any(known.partition(".")[0] == head for known in names.modules if known[:1] != ".")
+
+
+def _clause_fits(clause: str, bound: frozenset[str], ended: bool) -> bool:
+    """Whether the part after `import` names only what `bound` holds; the last name may still be spelled."""
+    if _UNJUDGED.search(clause):
+        return True
+    if clause[:1] not in ("", " ", "\t"):  # `importx`: another word, not the keyword
+        return False
+    body = clause.strip(" \t")
+    if body.startswith("("):
+        body = body[1:]
+    items = body.split(",")
+    for index, item in enumerate(items):
+        closed = ")" in item
+        words = item.replace(")", " ").split()
+        if not words:
+            continue
+        name = words[0]
+        if name == "*":
+            continue
+        if not name.isidentifier():
+            return False
+        spelling = index == len(items) - 1 and not ended and not closed and len(words) == 1
+        spelling = spelling and not item[-1:].isspace()
+        if spelling:
+            if not any(known.startswith(name) for known in bound):
+                return False
+        elif name not in bound:
+            return False
+    return True
+
+
+class ImportLineConstraint:
+    """One generation's steering of its first line, if that line is a `from` import (`import_line_fits`).
+
+    `forced_text` is token healing's forced prefix: the first generated tokens spell it (already typed, it is
+    part of `names.line_start`), so the line is `line_start` plus what the tokens write after it.
+    """
+
+    def __init__(self, names: ImportNames, token_texts: TokenTexts, forced_text: str = "") -> None:
+        self.names = names
+        self.token_texts = token_texts
+        self.forced_text = forced_text
+        self.generated = ""  # the text of every accepted token, the forced spelling included
+        self.steered_rows = 0  # rows where a token that did not fit was masked (for tests and stats)
+        self._done = not may_become_from_import(names.line_start)
+
+    def constrain(self, logits: torch.Tensor, path: Sequence[int] = ()) -> torch.Tensor:
+        """Mask logits rows [n, vocab]: row i is the distribution after `path[:i]` (a verify's drafts). The
+        walk stops at the first drafted token masked at its row: it is rejected there, later rows never read."""
+        if self._done:
+            return logits
+        constrained = logits
+        generated = self.generated
+        for row in range(logits.shape[0]):
+            line, ended = self._line(generated)
+            if ended:  # nothing more to steer
+                break
+            if line is not None and line.lstrip(" \t").startswith("from"):
+                masked = self._misfits(logits[row], line)
+                if masked:
+                    if constrained is logits:
+                        constrained = logits.clone()
+                    constrained[row, masked] = float("-inf")
+                    self.steered_rows += 1
+                    if row < len(path) and path[row] in masked:
+                        break
+            if row >= len(path):
+                break
+            generated += self._text(path[row])
+        return constrained
+
+    def advance(self, token_ids: Sequence[int]) -> None:
+        """Account for tokens the target accepted."""
+        if self._done:
+            return
+        for token_id in token_ids:
+            self.generated += self._text(token_id)
+        line, ended = self._line(self.generated)
+        self._done = ended or (line is not None and not may_become_from_import(line))
+
+    def _line(self, generated: str) -> tuple[str | None, bool]:
+        """(the cursor's line so far, None while the forced prefix is not spelled yet; whether it ended)."""
+        if len(generated) < len(self.forced_text):
+            return None, False
+        written = generated[len(self.forced_text) :]
+        if "\n" in written or "\r" in written:
+            return None, True
+        return self.names.line_start + written, False
+
+    def _misfits(self, row: torch.Tensor, line: str) -> list[int]:
+        """Of the row's STEERED_CANDIDATES best tokens, those that break the line; none where none fits."""
+        candidates = torch.topk(row.float(), min(STEERED_CANDIDATES, row.shape[-1])).indices.tolist()
+        misfits = [token for token in candidates if not self._fits(line, self._text(token))]
+        return misfits if len(misfits) < len(candidates) else []
+
+    def _fits(self, line: str, token_text: str) -> bool:
+        if not token_text:  # a special token (the end of text) or a byte fragment: not this rule's business
+            return True
+        breaks = [at for at in (token_text.find("\n"), token_text.find("\r")) if at != -1]
+        if breaks:
+            return import_line_fits(line + token_text[: min(breaks)], self.names, ended=True)
+        return import_line_fits(line + token_text, self.names, ended=False)
+
+    def _text(self, token_id: int) -> str:
+        texts = self.token_texts.texts
+        return texts[token_id] if 0 <= token_id < len(texts) else ""
