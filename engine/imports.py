@@ -33,7 +33,7 @@ STEERED_CANDIDATES = 64
 
 _FROM = re.compile(r"[ \t]*from(?P<gap>[ \t]+)(?P<module>[\w.]*)(?P<rest>.*)", re.DOTALL)
 _IMPORT_KEYWORD = re.compile(r"(?P<gap>[ \t]+)(?P<keyword>\w*)(?P<clause>.*)", re.DOTALL)
-_UNJUDGED = re.compile(r"[#\\;\"']")  # a comment, a continuation, a second statement: not judged
+_STATEMENT_END = re.compile(r"[#;]")  # a comment or a second statement: the names before it are complete
 
 
 def import_line_fits(line: str, names: ImportNames, ended: bool) -> bool:
@@ -51,7 +51,7 @@ def import_line_fits(line: str, names: ImportNames, ended: bool) -> bool:
     if module not in names.modules:
         return False
     if not rest.strip():
-        return True
+        return not ended  # `from .x` alone is no statement
     keyword = _IMPORT_KEYWORD.fullmatch(rest)
     if keyword is None:
         return False
@@ -74,14 +74,20 @@ def _judged(module: str, names: ImportNames) -> bool:
 
 def _clause_fits(clause: str, bound: frozenset[str], ended: bool) -> bool:
     """Whether the part after `import` names only what `bound` holds; the last name may still be spelled."""
-    if _UNJUDGED.search(clause):
+    if "\\" in clause:  # a continuation: the line is not all of the statement
         return True
+    cut = _STATEMENT_END.search(clause)
+    if cut is not None:
+        clause, ended = clause[: cut.start()], True
     if clause[:1] not in ("", " ", "\t"):  # `importx`: another word, not the keyword
         return False
     body = clause.strip(" \t")
-    if body.startswith("("):
+    opened = body.startswith("(")  # the names may go on over the next lines
+    if opened:
         body = body[1:]
     items = body.split(",")
+    if ended and not opened and not items[-1].strip():  # `import` or `import a,` ends no statement
+        return False
     for index, item in enumerate(items):
         closed = ")" in item
         words = item.replace(")", " ").split()

@@ -1,0 +1,132 @@
+"""Import-line steering: which `from` lines fit what the workspace has (`engine.imports`), what a file may
+import from its workspace (`context.workspace.importable`), and where the context builder asks for it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.api import BackendInfo, ImportNames
+from engine.imports import import_line_fits
+from lsp_server.context import build_completion_context
+from lsp_server.context.builder import ContextSettings
+from lsp_server.context.fim import QWEN_CODER
+from lsp_server.context.workspace import WorkspaceFiles
+from lsp_server.documents import DocumentStore, new_document
+
+QWEN_TOKENS = (QWEN_CODER.prefix_token, QWEN_CODER.suffix_token, QWEN_CODER.middle_token, QWEN_CODER.file_sep)
+QWEN = BackendInfo("fake", "t", None, QWEN_TOKENS, 32768, "cpu")
+NAMES = ImportNames(
+    "",
+    {
+        ".llm_agent": frozenset({"LlmAgent", "Agent"}),
+        ".": frozenset({"llm_agent", "types"}),
+        "pkg.mod": frozenset({"Thing"}),
+    },
+    relative_depth=1,
+)
+
+
+@pytest.mark.parametrize(
+    ("line", "ended", "fits"),
+    [
+        ("from .llm_agent import LlmAgent", True, True),
+        ("    from .llm_agent import Agent", True, True),
+        ("from .llm_agent import LLMAgent", True, False),  # a spelling the module does not define
+        ("from .llm_agent import Ll", False, True),  # still on its way to LlmAgent
+        ("from .llm_agent import LL", False, False),
+        ("from .llm", False, True),
+        ("from .gcp", False, False),  # no module of the package starts so
+        ("from . import types", True, True),
+        ("from . import identity", True, False),
+        ("from .llm_agent import (LlmAgent, Ag", False, True),
+        ("from .llm_agent import LlmAgent as Short", True, True),
+        ("from .llm_agent import LlmAgent  # why", True, True),
+        ("from .llm_agent import Missing  # why", True, False),
+        ("from .llm_agent imp", False, True),
+        ("from .llm_agent importx", False, False),
+        ("from .llm_agent import", True, False),  # no statement ends there
+        ("from .llm_agent import LlmAgent,", True, False),
+        ("from .llm_agent import (", True, True),  # the names follow on the next lines
+        ("from .llm_agent", True, False),
+        ("from .llm_agent import LlmAgent'", False, False),
+        ("from pkg.mod import Thing", True, True),
+        ("from pkg.mod import Other", True, False),
+        ("from pkg.other import Thing", True, False),
+        # Not judged: the standard library and installed packages, deeper relative imports, other lines.
+        ("from typing import Anything", True, True),
+        ("from pk", False, True),
+        ("from ..elsewhere import anything", True, True),
+        ("from .llm_agent import LlmAgent, \\", False, True),
+        ("x = 1", True, True),
+    ],
+)
+def test_which_lines_fit(line: str, ended: bool, fits: bool) -> None:
+    assert import_line_fits(line, NAMES, ended) is fits
+
+
+def _project(root: Path) -> Path:
+    """src/app/ with a subpackage and modules; returns app/agents/runner.py."""
+    app = root / "app"
+    (app / "agents").mkdir(parents=True)
+    (app / "__init__.py").write_text("from .agents import Runner\n__all__ = ['Runner', 'VERSION']\n")
+    (app / "config.py").write_text("LIMIT = 3\n\n\nclass Settings:\n    depth = 1\n")
+    (app / "agents" / "__init__.py").write_text("from .runner import Runner\n")
+    (app / "agents" / "llm_agent.py").write_text(
+        "try:\n    from fast import speedup\nexcept ImportError:\n    speedup = None\n\n\nclass LlmAgent:\n    pass\n"
+    )
+    runner = app / "agents" / "runner.py"
+    runner.write_text("from .llm_agent import LlmAgent\n\n\nclass Runner:\n    pass\n")
+    return runner
+
+
+def test_what_a_file_may_import_from_its_workspace(tmp_path: Path) -> None:
+    runner = _project(tmp_path)
+    found = WorkspaceFiles([tmp_path]).import_names(
+        new_document(runner.as_uri(), "python", 1, runner.read_text())
+    )
+    assert found is not None
+    modules, depth = found
+    assert depth == 2  # `.x` in app/agents/, `..x` in app/
+    assert {"LlmAgent", "speedup"} <= modules[".llm_agent"]  # a name bound in a try block is importable too
+    assert modules["."] >= {"Runner", "llm_agent", "runner"}  # the package's names and its submodules
+    assert modules["..config"] >= {"LIMIT", "Settings"}
+    assert modules[".."] >= {"Runner", "VERSION", "agents", "config"}
+    assert modules["app.agents.llm_agent"] == modules[".llm_agent"]
+    assert "app.missing" not in modules
+
+
+def test_a_file_outside_the_workspace_gets_nothing(tmp_path: Path) -> None:
+    runner = _project(tmp_path / "inside")
+    outside = WorkspaceFiles([tmp_path / "elsewhere"])
+    (tmp_path / "elsewhere").mkdir()
+    assert outside.import_names(new_document(runner.as_uri(), "python", 1, runner.read_text())) is None
+
+
+def _context(path: Path, root: Path, marked: str, settings: ContextSettings | None = None):  # type: ignore[no-untyped-def]
+    """The context at `<>` in `marked`, the file opened with the workspace folder `root`."""
+    offset = marked.index("<>")
+    store = DocumentStore()
+    store.workspace = WorkspaceFiles([root])
+    store.open(path.as_uri(), "python", 1, marked.replace("<>", ""))
+    return build_completion_context(
+        store, path.as_uri(), offset, QWEN, settings or ContextSettings(), lambda text: len(text) // 4 + 1
+    )
+
+
+def test_the_builder_asks_for_steering_at_the_imports_only(tmp_path: Path) -> None:
+    runner = _project(tmp_path)
+    at_imports = "from .llm_agent import LlmAgent\n<>\n\nclass Runner:\n    pass\n"
+    ctx = _context(runner, tmp_path, at_imports)
+    assert ctx.import_names is not None
+    assert ctx.import_names.line_start == ""
+    assert ".llm_agent" in ctx.import_names.modules
+    typing_from = "from .llm_agent import LlmAgent\nfrom .<>\n\nclass Runner:\n    pass\n"
+    assert _context(runner, tmp_path, typing_from).import_names.line_start == "from ."  # type: ignore[union-attr]
+    in_body = "from .llm_agent import LlmAgent\n\n\nclass Runner:\n    <>\n"
+    assert _context(runner, tmp_path, in_body).import_names is None
+    other_line = "from .llm_agent import LlmAgent\nx = <>\n\nclass Runner:\n    pass\n"
+    assert _context(runner, tmp_path, other_line).import_names is None
+    off = ContextSettings(steer_imports=False)
+    assert _context(runner, tmp_path, at_imports, off).import_names is None
