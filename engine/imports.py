@@ -9,10 +9,11 @@ space (`ImportNames`: each module a line could spell, the names importable from 
   module the workspace has, naming only what that module binds. A line that is not a `from` import, or whose
   module is outside what the server enumerated (the standard library, installed packages), always fits.
 - `ImportLineConstraint` masks the target's logits like token healing's constraint (`engine.healing`): at each
-  row, the STEERED_CANDIDATES best tokens are checked and those that break the line are masked, so the target
-  picks the best-scored token that fits. It applies in the plain loop and in the speculative loop alike, so
-  greedy speculative output stays token-identical to plain greedy decoding under the same constraint. Where no
-  checked token fits, the row is left as it is (the model has something else in mind).
+  row, the STEERED_CANDIDATES best tokens are checked, and where some break the line only those that fit stay,
+  so a greedy pick is the best-scored token that fits and a sampled one is drawn among them. It applies in the
+  plain loop and in the speculative loop alike, so greedy speculative output stays token-identical to plain
+  greedy decoding under the same constraint, and sampled output follows the constrained distribution. Where
+  no checked token fits, the row is left as it is (the model has something else in mind).
 
 Only the cursor's first line is steered; the constraint ends at its line break.
 """
@@ -120,12 +121,13 @@ class ImportLineConstraint:
         self.token_texts = token_texts
         self.forced_text = forced_text
         self.generated = ""  # the text of every accepted token, the forced spelling included
-        self.steered_rows = 0  # rows where a token that did not fit was masked (for tests and stats)
+        self.steered_rows = 0  # rows where tokens that did not fit were masked
         self._done = not may_become_from_import(names.line_start)
 
     def constrain(self, logits: torch.Tensor, path: Sequence[int] = ()) -> torch.Tensor:
         """Mask logits rows [n, vocab]: row i is the distribution after `path[:i]` (a verify's drafts). The
-        walk stops at the first drafted token masked at its row: it is rejected there, later rows never read."""
+        walk stops at the first drafted token masked at its row: it is rejected there, later rows never read.
+        Row tensors are changed only where steering applies; other calls return `logits` itself."""
         if self._done:
             return logits
         constrained = logits
@@ -135,13 +137,15 @@ class ImportLineConstraint:
             if ended:  # nothing more to steer
                 break
             if line is not None and line.lstrip(" \t").startswith("from"):
-                masked = self._misfits(logits[row], line)
-                if masked:
+                fitting = self._fitting(logits[row], line)
+                if fitting is not None:
                     if constrained is logits:
                         constrained = logits.clone()
-                    constrained[row, masked] = float("-inf")
+                    kept = constrained[row, fitting]
+                    constrained[row] = float("-inf")
+                    constrained[row, fitting] = kept
                     self.steered_rows += 1
-                    if row < len(path) and path[row] in masked:
+                    if row < len(path) and path[row] not in fitting:
                         break
             if row >= len(path):
                 break
@@ -166,11 +170,12 @@ class ImportLineConstraint:
             return None, True
         return self.names.line_start + written, False
 
-    def _misfits(self, row: torch.Tensor, line: str) -> list[int]:
-        """Of the row's STEERED_CANDIDATES best tokens, those that break the line; none where none fits."""
+    def _fitting(self, row: torch.Tensor, line: str) -> list[int] | None:
+        """Of the row's STEERED_CANDIDATES best tokens, those that keep the line fitting; None where all of them
+        do, or none (the row stands as it is)."""
         candidates = torch.topk(row.float(), min(STEERED_CANDIDATES, row.shape[-1])).indices.tolist()
-        misfits = [token for token in candidates if not self._fits(line, self._text(token))]
-        return misfits if len(misfits) < len(candidates) else []
+        fitting = [token for token in candidates if self._fits(line, self._text(token))]
+        return fitting if 0 < len(fitting) < len(candidates) else None
 
     def _fits(self, line: str, token_text: str) -> bool:
         if not token_text:  # a special token (the end of text) or a byte fragment: not this rule's business

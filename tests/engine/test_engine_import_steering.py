@@ -113,3 +113,22 @@ def test_greedy_speculation_with_steering_and_a_forced_prefix_is_identical_to_th
             line = "from ." + want.text.split("\n")[0]
             assert import_line_fits(line, names, ended="\n" in want.text), line
         assert result.token_ids == want.token_ids, drafter
+
+
+def test_sampled_lines_fit_in_both_loops() -> None:
+    target = tiny_llama(seed=71)
+    engine = local_engine(target, tiny_llama(seed=72))
+    names = steered(PROMPT, names_below_the_top(engine, target, PROMPT))
+    for drafter in ("none", "hybrid"):
+        for seed in range(6):
+            request = CompletionRequest(
+                PROMPT,
+                max_new_tokens=NEW_TOKENS,
+                temperature=1.0,
+                seed=seed,
+                drafter=drafter,
+                import_names=names,
+            )
+            text = engine.complete(request).text
+            line = PROMPT.rsplit("\n", 1)[-1] + text.split("\n")[0]
+            assert import_line_fits(line, names, ended="\n" in text), (drafter, seed, line)

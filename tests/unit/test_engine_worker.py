@@ -37,6 +37,7 @@ def prefix_only_context(store, uri, offset, info, settings, count_tokens):  # ty
         stop_strings=(),
         forced_prefix="",
         stop_rules=None,
+        import_names=None,
     )
 
 
