@@ -122,11 +122,15 @@ class ImportNames:
     `modules` maps each module the line could spell to the names importable from it (a package's submodules
     among them): relative spellings (".x", "..y.z", "." for the package itself) down to `relative_depth`
     leading dots, and absolute ones whose first part is a package of the workspace. A spelling outside both
-    is not judged (the standard library, installed packages)."""
+    is not judged (the standard library, installed packages). A module whose names hold ANY_NAME may be
+    imported from, naming anything (its names are made on demand, or could not be read)."""
 
     line_start: str  # the cursor's line before the cursor, already typed
     modules: Mapping[str, frozenset[str]]
     relative_depth: int = 1
+
+
+ANY_NAME = "*"  # in `ImportNames.modules`: the module's names are open
 
 
 def may_become_from_import(line: str) -> bool:

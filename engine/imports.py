@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import torch
 
-from engine.api import ImportNames, may_become_from_import
+from engine.api import ANY_NAME, ImportNames, may_become_from_import
 from engine.healing import TokenTexts
 
 # Tokens checked per row, best first: a greedy pick is the best of these that fits. A name the model scores
@@ -99,6 +99,8 @@ def _clause_fits(clause: str, bound: frozenset[str], ended: bool) -> bool:
             continue
         if not name.isidentifier():
             return False
+        if ANY_NAME in bound:
+            continue
         spelling = index == len(items) - 1 and not ended and not closed and len(words) == 1
         spelling = spelling and not item[-1:].isspace()
         if spelling:

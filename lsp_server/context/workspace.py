@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Generic, TypeGuard, TypeVar
 from urllib.parse import unquote, urlparse
 
+from engine.api import ANY_NAME
 from lsp_server.context.definitions import (
     bound_names,
     code_only,
@@ -57,6 +58,7 @@ MAX_INDEXES = 8  # import roots indexed at once (a workspace of many script fold
 MAX_DEFINITIONS = 12  # definition lines in the prompt, from at most this many modules too
 AMBIGUOUS_MODULES = 3  # a name defined in more modules than this (`logger`, `main`) says nothing
 _FROM = re.compile(r"from[ \t]+(\.*)([\w.]*)[ \t]+import\b")
+_OPEN_NAMES = re.compile(r"^(?:from[ \t]+[\w.]+[ \t]+import[ \t]+\*|def[ \t]+__getattr__\b)", re.MULTILINE)
 _SKIPPED_FOLDERS = frozenset({"node_modules", "site-packages", "__pycache__", "venv", "build", "dist"})
 
 
@@ -65,17 +67,26 @@ class ModuleOutline:
     """What one .py file offers to the files that import it."""
 
     definitions: dict[str, str]  # its top-level names -> the line that defines each (`top_level_definitions`)
-    bound: frozenset[str]  # every name it binds anywhere: what `from it import` may name, counted generously
+    # Every name it binds anywhere: what `from it import` may name, counted generously; ANY_NAME where a star
+    # import or a module `__getattr__` (names made on demand) leaves them open.
+    bound: frozenset[str]
+
+
+# A file the index could not read (over MAX_FILE_BYTES, unreadable): the module exists, its names are unknown.
+UNREAD = ModuleOutline({}, frozenset({ANY_NAME}))
 
 
 class ModuleIndex:
     """The top-level names of the .py files under one import root, by name and by module."""
 
-    def __init__(self, root: Path, files: dict[Path, ModuleOutline]) -> None:
+    def __init__(self, root: Path, files: dict[Path, ModuleOutline], complete: bool = True) -> None:
         self.root = root
+        self.complete = complete  # every .py file under the root was listed (none left out by the limits)
         self.defined_in: dict[str, list[Path]] = {}
         self.modules: dict[str, list[Path]] = {}  # a module's last dotted part -> its files
-        self.definitions = {path: outline.definitions for path, outline in files.items()}
+        self.definitions = {
+            path: outline.definitions for path, outline in files.items() if outline is not UNREAD
+        }
         self.bound = {path: outline.bound for path, outline in files.items()}
         for path, names in self.definitions.items():
             for name in names:
@@ -145,10 +156,11 @@ def _parsed_document(path: Path, text: str) -> Document:
 def _module_outline(path: Path, text: str) -> ModuleOutline:
     # Names bound in a block (`try:` around an import, `if TYPE_CHECKING:`) are importable too: a name counted
     # that is not lets a wrong import through; one missed would steer a right one away (`engine.imports`).
-    return ModuleOutline(
-        top_level_definitions(text, reexports=path.name == "__init__.py"),
-        frozenset(bound_names(code_only(text))) | frozenset(listed_names(text)),
-    )
+    code = code_only(text)
+    bound = frozenset(bound_names(code)) | frozenset(listed_names(text))
+    if _OPEN_NAMES.search(code):
+        bound |= {ANY_NAME}
+    return ModuleOutline(top_level_definitions(text, reexports=path.name == "__init__.py"), bound)
 
 
 def importable(index: ModuleIndex, here: Path) -> tuple[dict[str, frozenset[str]], int]:
@@ -273,11 +285,14 @@ class WorkspaceFiles:
         return here.relative_to(root).as_posix(), snippets
 
     def import_names(self, current: Document) -> tuple[dict[str, frozenset[str]], int] | None:
-        """What a `from` line of `current` may import (`importable`); None outside the workspace folders."""
+        """What a `from` line of `current` may import (`importable`); None outside the workspace folders and
+        where the index could not list every file (a module left out would look like one that does not exist)."""
         here, root = self._place_of(current)
         if here is None or root is None:
             return None
         index = self._current_index(root)
+        if not index.complete:
+            return None
         key = (here, id(index))
         if self._importable is not None and self._importable[0] == key:
             return self._importable[1]
@@ -346,11 +361,10 @@ class WorkspaceFiles:
                 return cached[1]
             started = time.monotonic()
             files: dict[Path, ModuleOutline] = {}
-            for path in _python_files(root):
-                outline = self._outlines.get(path)
-                if outline is not None:
-                    files[path] = outline
-            index = ModuleIndex(root, files)
+            paths, complete = _python_files(root)
+            for path in paths:
+                files[path] = self._outlines.get(path) or UNREAD
+            index = ModuleIndex(root, files, complete)
             log.info(
                 "indexed %d files under %s in %.0f ms", len(files), root, (time.monotonic() - started) * 1000
             )
@@ -408,13 +422,15 @@ def _imports_from(line: str, importer: Path, module: Path, root: Path) -> bool:
     return module in (target.with_suffix(".py"), target / "__init__.py")
 
 
-def _python_files(root: Path) -> list[Path]:
-    """The .py files under `root`, hidden and tool folders left out, at most MAX_INDEXED_FILES (nearest the
-    root first) and no more than MAX_LISTED_ENTRIES looked at (a huge tree of other files)."""
+def _python_files(root: Path) -> tuple[list[Path], bool]:
+    """(the .py files under `root`, hidden and tool folders left out, at most MAX_INDEXED_FILES (nearest the
+    root first) and no more than MAX_LISTED_ENTRIES looked at (a huge tree of other files); whether that was
+    all of them)."""
     found: list[Path] = []
     folders = [root]
     listed = 0
-    while folders and len(found) < MAX_INDEXED_FILES and listed < MAX_LISTED_ENTRIES:
+    left_out = False
+    while folders and not left_out and listed < MAX_LISTED_ENTRIES:
         folder = folders.pop(0)
         try:
             entries = sorted(folder.iterdir())
@@ -426,6 +442,9 @@ def _python_files(root: Path) -> list[Path]:
                 continue
             if entry.is_dir():
                 folders.append(entry)
-            elif entry.suffix == ".py" and len(found) < MAX_INDEXED_FILES:
-                found.append(entry)
-    return found
+            elif entry.suffix == ".py":
+                if len(found) < MAX_INDEXED_FILES:
+                    found.append(entry)
+                else:
+                    left_out = True
+    return found, not folders and not left_out

@@ -280,7 +280,7 @@ def _blocked_listing(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, 
     release, listed_on = threading.Event(), []
     list_files = workspace_module._python_files
 
-    def listing(root: Path) -> list[Path]:
+    def listing(root: Path) -> tuple[list[Path], bool]:
         listed_on.append(threading.current_thread().name)
         assert release.wait(timeout=10)
         return list_files(root)

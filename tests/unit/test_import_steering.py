@@ -12,7 +12,7 @@ from engine.imports import import_line_fits
 from lsp_server.context import build_completion_context
 from lsp_server.context.builder import ContextSettings
 from lsp_server.context.fim import QWEN_CODER
-from lsp_server.context.workspace import WorkspaceFiles
+from lsp_server.context.workspace import MAX_FILE_BYTES, WorkspaceFiles
 from lsp_server.documents import DocumentStore, new_document
 
 QWEN_TOKENS = (QWEN_CODER.prefix_token, QWEN_CODER.suffix_token, QWEN_CODER.middle_token, QWEN_CODER.file_sep)
@@ -130,3 +130,25 @@ def test_the_builder_asks_for_steering_at_the_imports_only(tmp_path: Path) -> No
     assert _context(runner, tmp_path, other_line).import_names is None
     off = ContextSettings(steer_imports=False)
     assert _context(runner, tmp_path, at_imports, off).import_names is None
+
+
+def test_names_made_on_demand_or_unread_leave_a_module_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = _project(tmp_path)
+    app = tmp_path / "app"
+    (app / "lazy.py").write_text("def __getattr__(name):\n    return name\n")
+    (app / "starred.py").write_text("from .config import *\n")
+    (app / "huge.py").write_text("x = 1\n" * (MAX_FILE_BYTES // 6 + 1))
+    document = new_document(runner.as_uri(), "python", 1, runner.read_text())
+    found = WorkspaceFiles([tmp_path]).import_names(document)
+    assert found is not None
+    modules, _ = found
+    names = ImportNames("", modules, 2)
+    for module in ("..lazy", "..starred", "..huge"):
+        assert import_line_fits(f"from {module} import Anything", names, ended=True), module
+    assert not import_line_fits("from ..config import Anything", names, ended=True)
+    assert not import_line_fits("from ..missing import Anything", names, ended=True)
+    # A project larger than the index lists: a module left out would look missing, so nothing is steered.
+    monkeypatch.setattr("lsp_server.context.workspace.MAX_INDEXED_FILES", 3)
+    assert WorkspaceFiles([tmp_path]).import_names(document) is None
