@@ -75,19 +75,20 @@ def _judged(module: str, names: ImportNames) -> bool:
 
 def _clause_fits(clause: str, bound: frozenset[str], ended: bool) -> bool:
     """Whether the part after `import` names only what `bound` holds; the last name may still be spelled."""
-    if "\\" in clause:  # a continuation: the line is not all of the statement
-        return True
     cut = _STATEMENT_END.search(clause)
     if cut is not None:
         clause, ended = clause[: cut.start()], True
     if clause[:1] not in ("", " ", "\t"):  # `importx`: another word, not the keyword
         return False
-    body = clause.strip(" \t")
+    body = clause.lstrip(" \t")  # a space after the last name ends it: it is kept
     opened = body.startswith("(")  # the names may go on over the next lines
     if opened:
         body = body[1:]
+    continued = body.find("\\")  # a line continuation: the names before it are complete
+    if continued != -1:
+        body, ended = body[:continued], True
     items = body.split(",")
-    if ended and not opened and not items[-1].strip():  # `import` or `import a,` ends no statement
+    if ended and not opened and continued == -1 and not items[-1].strip():  # `import a,` ends no statement
         return False
     for index, item in enumerate(items):
         closed = ")" in item

@@ -54,11 +54,13 @@ NAMES = ImportNames(
         ("from pkg.mod import Thing", True, True),
         ("from pkg.mod import Other", True, False),
         ("from pkg.other import Thing", True, False),
-        # Not judged: the standard library and installed packages, deeper relative imports, other lines.
+        ("from .llm_agent import LlmAgent, \\", False, True),  # more names on the next line
+        ("from .llm_agent import LLM \\", False, False),  # but those before it are complete
+        ("from .llm_agent import LLM ", False, False),  # a space ends the name
+        # Not judged: the standard library, installed packages, deeper relative imports, other lines.
         ("from typing import Anything", True, True),
         ("from pk", False, True),
         ("from ..elsewhere import anything", True, True),
-        ("from .llm_agent import LlmAgent, \\", False, True),
         ("x = 1", True, True),
     ],
 )
