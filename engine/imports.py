@@ -98,18 +98,28 @@ def _clause_fits(clause: str, bound: frozenset[str], ended: bool) -> bool:
         name = words[0]
         if name == "*":
             continue
-        if not name.isidentifier():
+        open_end = index == len(items) - 1 and not ended and not closed and not item[-1:].isspace()
+        if not name.isidentifier() or not _alias_fits(words[1:], open_end):
             return False
         if ANY_NAME in bound:
             continue
-        spelling = index == len(items) - 1 and not ended and not closed and len(words) == 1
-        spelling = spelling and not item[-1:].isspace()
-        if spelling:
+        if open_end and len(words) == 1:  # the name is still being spelled
             if not any(known.startswith(name) for known in bound):
                 return False
         elif name not in bound:
             return False
     return True
+
+
+def _alias_fits(words: list[str], open_end: bool) -> bool:
+    """Whether what follows a name is nothing or `as alias` (the last word may still be being spelled)."""
+    if not words:
+        return True
+    if len(words) > 2 or (len(words) == 2 and not words[1].isidentifier()):
+        return False
+    if len(words) == 1 and open_end:
+        return "as".startswith(words[0])
+    return words[0] == "as"
 
 
 class ImportLineConstraint:

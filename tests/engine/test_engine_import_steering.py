@@ -3,6 +3,8 @@ workspace has, and greedy speculative output stays token-identical to the steere
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from engine_core_support import decode, local_engine, tiny_llama
@@ -115,7 +117,9 @@ def test_greedy_speculation_with_steering_and_a_forced_prefix_is_identical_to_th
         assert result.token_ids == want.token_ids, drafter
 
 
-def test_sampled_lines_fit_in_both_loops() -> None:
+def test_sampled_lines_name_what_the_workspace_has_in_both_loops() -> None:
+    """A sampled token is drawn among the checked tokens that fit; where none of them fits (a random model
+    soon writes noise) the row stands, so only the name the line starts with is certain."""
     target = tiny_llama(seed=71)
     engine = local_engine(target, tiny_llama(seed=72))
     names = steered(PROMPT, names_below_the_top(engine, target, PROMPT))
@@ -130,5 +134,5 @@ def test_sampled_lines_fit_in_both_loops() -> None:
                 import_names=names,
             )
             text = engine.complete(request).text
-            line = PROMPT.rsplit("\n", 1)[-1] + text.split("\n")[0]
-            assert import_line_fits(line, names, ended="\n" in text), (drafter, seed, line)
+            first_name = re.match(r"[ \t]*(\w*)", text)
+            assert first_name is not None and first_name[1] in names.modules[".models"], (drafter, seed, text)

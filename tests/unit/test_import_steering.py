@@ -42,6 +42,10 @@ NAMES = ImportNames(
         ("from . import identity", True, False),
         ("from .llm_agent import (LlmAgent, Ag", False, True),
         ("from .llm_agent import LlmAgent as Short", True, True),
+        ("from .llm_agent import LlmAgent a", False, True),
+        ("from .llm_agent import LlmAgent as", False, True),
+        ("from .llm_agent import LlmAgent and", False, False),  # only `as` may follow a name
+        ("from .llm_agent import LlmAgent as Short extra", True, False),
         ("from .llm_agent import LlmAgent  # why", True, True),
         ("from .llm_agent import Missing  # why", True, False),
         ("from .llm_agent imp", False, True),
