@@ -177,6 +177,7 @@ class EngineStats:
     accepted: int = 0
     new_tokens: int = 0
     forced_tokens: int = 0  # of new_tokens, those that re-spelled a forced prefix
+    steered_import_rows: int = 0  # rows of logits where an import line's misfitting tokens were masked
     # Per drafter name ("model", "lookup", ..., "forced"): rounds, drafted, accepted.
     per_drafter: dict[str, dict[str, int]] = field(default_factory=dict)
     accepted_histogram: list[int] = field(default_factory=list)  # rounds by drafts accepted
@@ -219,6 +220,7 @@ SUMMED_STATS = (
     "reused_prompt_tokens",
     "new_tokens",
     "forced_tokens",
+    "steered_import_rows",
 )
 
 

@@ -295,7 +295,7 @@ class LocalEngine:
         with self._lock:
             self._serve_from_best_cache(prompt_ids)
             if request.drafter == "none":
-                return autoregressive_generate(
+                result = autoregressive_generate(
                     self.target,
                     prompt_ids,
                     settings,
@@ -305,23 +305,25 @@ class LocalEngine:
                     forced=forced,
                     imports=imports,
                 )
-            drafter = self._build_drafter(request, cancel)
-            policy = self._draft_policy(request)
-            return speculative_generate(
-                self.target,
-                drafter,
-                prompt_ids,
-                settings,
-                policy,
-                decode=self.decode,
-                on_text=on_text,
-                cancel=cancel,
-                # A seeded request prices drafts with the assumed costs: the timing measured at load must
-                # not change which drafts are tried, and so which tokens the seed samples.
-                step_costs=self.step_costs if request.seed is None else None,
-                forced=forced,
-                imports=imports,
-            )
+            else:
+                result = speculative_generate(
+                    self.target,
+                    self._build_drafter(request, cancel),
+                    prompt_ids,
+                    settings,
+                    self._draft_policy(request),
+                    decode=self.decode,
+                    on_text=on_text,
+                    cancel=cancel,
+                    # A seeded request prices drafts with the assumed costs: the timing measured at load must
+                    # not change which drafts are tried, and so which tokens the seed samples.
+                    step_costs=self.step_costs if request.seed is None else None,
+                    forced=forced,
+                    imports=imports,
+                )
+        if imports is not None:
+            result.stats.steered_import_rows = imports.steered_rows
+        return result
 
     def warm(self, request: CompletionRequest, *, cancel: CancelToken | None = None) -> WarmResult:
         """Prefill the target's cache with the prompt `request` would send (fitted to the window the same

@@ -50,6 +50,7 @@ def test_steering_changes_the_line_to_a_name_the_workspace_has() -> None:
         )
     )
     assert got.token_ids != free.token_ids
+    assert got.stats.steered_import_rows >= 1 and free.stats.steered_import_rows == 0
     line = PROMPT.rsplit("\n", 1)[-1] + got.text.split("\n")[0]
     assert import_line_fits(line, steered(PROMPT, names), ended="\n" in got.text), line
     assert got.text.split()[0].strip(",()") in names
@@ -65,6 +66,7 @@ def test_a_line_that_is_not_an_import_is_left_as_the_model_writes_it() -> None:
         CompletionRequest(prompt, max_new_tokens=NEW_TOKENS, drafter="none", import_names=names)
     )
     assert got.token_ids == free.token_ids
+    assert got.stats.steered_import_rows == 0
 
 
 @pytest.mark.parametrize("drafter", ["model", "lookup", "stale", "hybrid"])
