@@ -321,9 +321,17 @@ def build_completion_context(
     others = store.all_documents()
     if settings.imported_files and store.workspace is not None:
         others += store.workspace.imported_documents(doc, [other.uri for other in others])
-    in_code = rules.literal is None
+    # Among a Python file's imports, in code, with a workspace to read: where the workspace's definitions and
+    # the import-line steering apply.
+    at_imports = (
+        rules.literal is None
+        and doc.language == "python"
+        and store.workspace is not None
+        and (settings.import_definitions or settings.steer_imports)
+        and in_import_block(text, offset)
+    )
     path, definitions, used = _import_definitions(
-        store, doc, offset, settings, in_code, snippet_budget, count_tokens
+        store, doc, offset, settings, at_imports, snippet_budget, count_tokens
     )
     snippets = definitions + select_snippets(
         doc,
@@ -365,26 +373,20 @@ def build_completion_context(
         stop_rules=rules,
         forced_prefix=fragment,
         indent_style=style,
-        import_names=_import_names(store, doc, offset, line_before, settings, in_code),
+        import_names=_import_names(store, doc, line_before, settings, at_imports),
     )
 
 
 def _import_names(
-    store: DocumentStore,
-    doc: Document,
-    offset: int,
-    line_before: str,
-    settings: ContextSettings,
-    in_code: bool,
+    store: DocumentStore, doc: Document, line_before: str, settings: ContextSettings, at_imports: bool
 ) -> ImportNames | None:
     """What a `from` line at the cursor may import, at a line among a Python file's imports that may still
     become one; None elsewhere."""
-    workspace = store.workspace
-    if not (in_code and settings.steer_imports and workspace is not None and doc.language == "python"):
+    if not (at_imports and settings.steer_imports and store.workspace is not None):
         return None
-    if not may_become_from_import(line_before) or not in_import_block(doc.text, offset):
+    if not may_become_from_import(line_before):
         return None
-    found = workspace.import_names(doc)
+    found = store.workspace.import_names(doc)
     if found is None:
         return None
     modules, relative_depth = found
@@ -428,7 +430,7 @@ def _import_definitions(
     doc: Document,
     offset: int,
     settings: ContextSettings,
-    in_code: bool,
+    at_imports: bool,
     budget: int,
     count_tokens: Callable[[str], int],
 ) -> tuple[str, list[Snippet], int]:
@@ -436,12 +438,9 @@ def _import_definitions(
     of code among a Python file's imports, the leading ones that fit in `budget` tokens; else (the short
     display path, [], 0)."""
     nothing: tuple[str, list[Snippet], int] = (display_path(doc.uri), [], 0)
-    workspace = store.workspace
-    if not (in_code and settings.import_definitions and workspace is not None and doc.language == "python"):
+    if not (at_imports and settings.import_definitions and store.workspace is not None):
         return nothing
-    if not in_import_block(doc.text, offset):
-        return nothing
-    path, found = workspace.definition_snippets(doc, offset)
+    path, found = store.workspace.definition_snippets(doc, offset)
     kept: list[Snippet] = []
     used = 0
     for snippet_path, text in found:
