@@ -21,7 +21,7 @@ Only the cursor's first line is steered; the constraint ends at its line break.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 
@@ -34,6 +34,7 @@ STEERED_CANDIDATES = 64
 
 _FROM = re.compile(r"[ \t]*from(?P<gap>[ \t]+)(?P<module>[\w.]*)(?P<rest>.*)", re.DOTALL)
 _IMPORT_KEYWORD = re.compile(r"(?P<gap>[ \t]+)(?P<keyword>\w*)(?P<clause>.*)", re.DOTALL)
+_WORD_AT_END = re.compile(r"\w+$")
 _STATEMENT_END = re.compile(r"[#;]")  # a comment or a second statement: the names before it are complete
 
 
@@ -61,6 +62,24 @@ def import_line_fits(line: str, names: ImportNames, ended: bool) -> bool:
     if keyword["keyword"] != "import":
         return False
     return _clause_fits(keyword["clause"], names.modules[module], ended)
+
+
+def word_endings(line: str, names: ImportNames) -> list[str]:
+    """What would finish the module or the name being spelled at the end of `line`: the rest of each known
+    spelling it begins (["set"] after `import OpenAPITool` where the module binds OpenAPIToolset)."""
+    match = _FROM.fullmatch(line)
+    if match is None or not _judged(match["module"], names):
+        return []
+    module = match["module"]
+    known: Iterable[str] = names.modules
+    if match["rest"]:
+        spelled = _WORD_AT_END.search(line)
+        if module not in names.modules or spelled is None:
+            return []
+        module, known = spelled[0], names.modules[module]
+    return [
+        spelling[len(module) :] for spelling in known if spelling.startswith(module) and spelling != module
+    ]
 
 
 def _judged(module: str, names: ImportNames) -> bool:
@@ -184,11 +203,22 @@ class ImportLineConstraint:
         return self.names.line_start + written, False
 
     def _fitting(self, row: torch.Tensor, line: str) -> list[int] | None:
-        """Of the row's STEERED_CANDIDATES best tokens, those that keep the line fitting; None where all of them
-        do, or none (the row stands as it is)."""
+        """Of the row's STEERED_CANDIDATES best tokens, those that keep the line fitting; where none of them
+        does, the tokens that go on spelling a module or name the line has begun (`word_endings`: a prefix
+        allowed earlier must lead somewhere). None where all of the best fit, or nothing does (the row stands)."""
         candidates = torch.topk(row.float(), min(STEERED_CANDIDATES, row.shape[-1])).indices.tolist()
         fitting = [token for token in candidates if self._fits(line, self._text(token))]
-        return fitting if 0 < len(fitting) < len(candidates) else None
+        if len(fitting) == len(candidates):
+            return None
+        if not fitting:
+            spelling: set[int] = set()
+            for ending in word_endings(line, self.names):
+                try:
+                    spelling.update(self.token_texts.allowed_ids(ending).tolist())
+                except ValueError:  # no token spells it (a letter the vocabulary lacks)
+                    continue
+            fitting = sorted(token for token in spelling if self._fits(line, self._text(token)))
+        return fitting or None
 
     def _fits(self, line: str, token_text: str) -> bool:
         if not token_text:  # a special token (the end of text) or a byte fragment: not this rule's business

@@ -6,9 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from engine.api import BackendInfo, ImportNames
-from engine.imports import import_line_fits
+from engine.healing import TokenTexts
+from engine.imports import ImportLineConstraint, import_line_fits, word_endings
 from lsp_server.context import build_completion_context
 from lsp_server.context.builder import ContextSettings
 from lsp_server.context.fim import QWEN_CODER
@@ -158,3 +160,54 @@ def test_names_made_on_demand_or_unread_leave_a_module_open(
     # A project larger than the index lists: a module left out would look missing, so nothing is steered.
     monkeypatch.setattr("lsp_server.context.workspace.MAX_INDEXED_FILES", 3)
     assert WorkspaceFiles([tmp_path]).import_names(document) is None
+
+
+def test_what_would_finish_the_word_being_spelled() -> None:
+    assert sorted(word_endings("from .llm_agent import Ll", NAMES)) == ["mAgent"]
+    assert sorted(word_endings("from .llm_agent import ", NAMES)) == []  # no word begun
+    assert sorted(word_endings("from .l", NAMES)) == ["lm_agent"]
+    assert word_endings("from typing import Li", NAMES) == []  # not judged
+    assert word_endings("x = Ll", NAMES) == []
+
+
+TEXTS = ["\n", " Open", "API", "Tool", "set", ",", "x", " as"]
+TOOLSET = ImportNames("from .m import", {".m": frozenset({"OpenAPIToolset", "Other"})})
+
+
+def _ids(*texts: str) -> list[int]:
+    return [TEXTS.index(text) for text in texts]
+
+
+def test_a_name_begun_is_finished_where_the_best_tokens_all_break_the_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("engine.imports.STEERED_CANDIDATES", 3)
+    constraint = ImportLineConstraint(TOOLSET, TokenTexts(TEXTS))
+    constraint.advance(_ids(" Open", "API", "Tool"))
+    # The model would end the line or write on: none of its three best tokens fits, so the ones that finish
+    # OpenAPIToolset stay.
+    logits = torch.tensor([[9.0, 0.0, 0.0, 0.0, 1.0, 8.0, 7.0, 0.0]])
+    steered = constraint.constrain(logits)
+    assert torch.isfinite(steered[0]).tolist() == [t == "set" for t in TEXTS]
+    assert constraint.steered_rows == 1
+
+
+def test_a_verify_row_after_a_misfitting_draft_is_left_alone() -> None:
+    constraint = ImportLineConstraint(TOOLSET, TokenTexts(TEXTS))
+    # Drafted " Open" then "x": row 0 keeps " Open", row 1 masks "x" (rejected there), row 2 is never read.
+    logits = torch.zeros(3, len(TEXTS))
+    logits[0, _ids(" Open")] = 5.0
+    logits[1, _ids("x")] = 5.0
+    logits[1, _ids("API")] = 4.0
+    logits[2, _ids(",")] = 5.0
+    steered = constraint.constrain(logits, _ids(" Open", "x"))
+    assert int(steered[0].argmax()) == _ids(" Open")[0]
+    assert int(steered[1].argmax()) == _ids("API")[0] and steered[1, _ids("x")[0]] == float("-inf")
+    assert torch.equal(steered[2], logits[2])
+    assert constraint.generated == ""  # constrain reads the path; only advance moves on
+
+
+def test_a_line_that_cannot_become_an_import_is_never_steered() -> None:
+    constraint = ImportLineConstraint(ImportNames("x = ", TOOLSET.modules), TokenTexts(TEXTS))
+    logits = torch.randn(2, len(TEXTS))
+    assert constraint.constrain(logits, _ids("x")) is logits
