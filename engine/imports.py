@@ -40,8 +40,9 @@ _STATEMENT_END = re.compile(r"[#;]")  # a comment or a second statement: the nam
 
 def import_line_fits(line: str, names: ImportNames, ended: bool) -> bool:
     """Whether `line` (the cursor's line as written so far; `ended`: its line break came) can still become a
-    `from` import of a module in `names.modules` naming only what that module binds. Lines it does not judge
-    fit: not a `from` import, a module outside what was enumerated, a clause with comments or strings."""
+    `from` import of a module in `names.modules` naming only what that module binds (each name followed by
+    nothing, `as alias`, a comma, a comment or a line continuation). Lines it does not judge fit: not a `from`
+    import, or a module outside what was enumerated."""
     match = _FROM.fullmatch(line)
     if match is None:
         return True
