@@ -65,6 +65,12 @@ def import_line_fits(line: str, names: ImportNames, ended: bool) -> bool:
     return _clause_fits(keyword["clause"], names.modules[module], ended)
 
 
+def judged_from_line(line: str, names: ImportNames) -> bool:
+    """Whether `line` is a `from` line whose module `import_line_fits` judges (not the standard library's)."""
+    match = _FROM.fullmatch(line)
+    return match is not None and _judged(match["module"], names)
+
+
 def word_endings(line: str, names: ImportNames) -> list[str]:
     """What would finish the module or the name being spelled at the end of `line`: the rest of each known
     spelling it begins (["set"] after `import OpenAPITool` where the module binds OpenAPIToolset)."""
