@@ -224,7 +224,8 @@ class ImportLineConstraint:
                     spelling.update(self.token_texts.allowed_ids(ending).tolist())
                 except ValueError:  # no token spells it (a letter the vocabulary lacks)
                     continue
-            fitting = sorted(token for token in spelling if self._fits(line, self._text(token)))
+            vocab = row.shape[-1]  # the tokenizer may know ids the model's head lacks
+            fitting = sorted(t for t in spelling if t < vocab and self._fits(line, self._text(t)))
         return fitting or None
 
     def _fits(self, line: str, token_text: str) -> bool:

@@ -16,6 +16,9 @@ file's import root (the folder above its outermost package), at most MAX_INDEXED
 the folder after RESOLVE_TTL_S. The index is built aside, on a thread of its own, when a file is opened
 (`prepare`), and refreshed aside when it is older than RESOLVE_TTL_S, so a keystroke at the imports reads
 the index it has instead of listing the project; only a request for a root never prepared builds it.
+
+The same index says what a `from` line there may import (`import_names`): every module of the import root and
+the names each binds, for the engine's import-line steering (`engine.imports`).
 """
 
 from __future__ import annotations
@@ -51,9 +54,8 @@ MAX_CACHED_FILES = 128  # parsed files kept, oldest dropped first: memory stays 
 RESOLVE_TTL_S = 30.0
 MAX_INDEXED_FILES = 2000
 MAX_LISTED_ENTRIES = 20000
-MAX_RELATIVE_DOTS = (
-    2  # `from .x` and `from ..x` are spelled out for the import-line steering; deeper is not judged
-)
+# `from .x` and `from ..x` are spelled out for the import-line steering (`import_names`); deeper is not judged.
+MAX_RELATIVE_DOTS = 2
 MAX_INDEXES = 8  # import roots indexed at once (a workspace of many script folders has many)
 MAX_DEFINITIONS = 12  # definition lines in the prompt, from at most this many modules too
 AMBIGUOUS_MODULES = 3  # a name defined in more modules than this (`logger`, `main`) says nothing
@@ -228,8 +230,8 @@ class WorkspaceFiles:
         self._build_lock = threading.Lock()
         # Top-level names of every indexed file; pruned to the files of the indexes kept (`_build_index`).
         self._outlines = _MadeFromFiles(_module_outline, MAX_INDEXES * MAX_INDEXED_FILES)
-        # The last file's importable modules, for the index they came from: lines typed at its imports reuse it.
-        self._importable: tuple[tuple[Path, int], tuple[dict[str, frozenset[str]], int]] | None = None
+        # The last file's importable modules and the index they came from: lines typed at its imports reuse them.
+        self._importable: tuple[Path, ModuleIndex, tuple[dict[str, frozenset[str]], int]] | None = None
 
     @classmethod
     def from_uris(cls, uris: Sequence[str]) -> WorkspaceFiles | None:
@@ -293,11 +295,11 @@ class WorkspaceFiles:
         index = self._current_index(root)
         if not index.complete:
             return None
-        key = (here, id(index))
-        if self._importable is not None and self._importable[0] == key:
-            return self._importable[1]
+        cached = self._importable
+        if cached is not None and cached[0] == here and cached[1] is index:
+            return cached[2]
         found = importable(index, here)
-        self._importable = (key, found)
+        self._importable = (here, index, found)
         return found
 
     def prepare(self, current: Document) -> None:
