@@ -123,11 +123,18 @@ class ImportNames:
     among them): relative spellings (".x", "..y.z", "." for the package itself) down to `relative_depth`
     leading dots, and absolute ones whose first part is a package of the workspace. A spelling outside both
     is not judged (the standard library, installed packages). A module whose names hold ANY_NAME may be
-    imported from, naming anything (its names are made on demand, or could not be read)."""
+    imported from, naming anything (its names are made on demand, or could not be read).
+
+    `wanted` and `wanted_elsewhere` are the names the file uses but does not bind yet (the missing import):
+    `wanted` maps each module spelling to those of them it binds, for names some other file of the workspace
+    defines; `wanted_elsewhere` holds those none does (the standard library's, an installed package's). Where
+    either is non-empty, a `from` line is steered first to importing one of them, then as above."""
 
     line_start: str  # the cursor's line before the cursor, already typed
     modules: Mapping[str, frozenset[str]]
     relative_depth: int = 1
+    wanted: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    wanted_elsewhere: frozenset[str] = frozenset()
 
 
 ANY_NAME = "*"  # in `ImportNames.modules`: the module's names are open

@@ -14,6 +14,10 @@ space (`ImportNames`: each module a line could spell, the names importable from 
   plain loop and in the speculative loop alike, so greedy speculative output stays token-identical to plain
   greedy decoding under the same constraint, and sampled output follows the constrained distribution. Where
   no checked token fits, the row is left as it is (the model has something else in mind).
+- The missing import (`wanted_import_fits`): where the file uses names it does not bind yet, a `from` line is
+  steered first to importing one of them, from a module of the workspace that binds it, or, for a name no
+  file of the workspace defines, from a module the server did not enumerate. Where none of a row's best tokens
+  leads there, the row is steered as above: a user importing something else is followed.
 
 Only the cursor's first line is steered; the constraint ends at its line break.
 """
@@ -21,7 +25,7 @@ Only the cursor's first line is steered; the constraint ends at its line break.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
@@ -36,6 +40,8 @@ _FROM = re.compile(r"[ \t]*from(?P<gap>[ \t]+)(?P<module>[\w.]*)(?P<rest>.*)", r
 _IMPORT_KEYWORD = re.compile(r"(?P<gap>[ \t]+)(?P<keyword>\w*)(?P<clause>.*)", re.DOTALL)
 _WORD_AT_END = re.compile(r"\w+$")
 _STATEMENT_END = re.compile(r"[#;]")  # a comment or a second statement: the names before it are complete
+
+LineRule = Callable[[str, ImportNames, bool], bool]  # (line so far, what it may import, whether it ended)
 
 
 def import_line_fits(line: str, names: ImportNames, ended: bool) -> bool:
@@ -63,6 +69,35 @@ def import_line_fits(line: str, names: ImportNames, ended: bool) -> bool:
     if keyword["keyword"] != "import":
         return False
     return _clause_fits(keyword["clause"], names.modules[module], ended)
+
+
+def wanted_import_fits(line: str, names: ImportNames, ended: bool) -> bool:
+    """Whether `line` can still become a `from` import of a name the file uses but does not bind
+    (`ImportNames.wanted`: from a module of the workspace that binds it; `wanted_elsewhere`: from a module the
+    server did not enumerate). Lines that are not `from` imports are not judged."""
+    match = _FROM.fullmatch(line)
+    if match is None:
+        return True
+    module, rest = match["module"], match["rest"]
+    elsewhere = bool(names.wanted_elsewhere) and not _judged(module, names)
+    if not rest and not ended:  # the module is being spelled
+        if module[:1] != "." and elsewhere:
+            return True
+        return any(known.startswith(module) for known in names.wanted)
+    if module in names.wanted:
+        bound = names.wanted[module]
+    elif elsewhere and module[:1] != ".":
+        bound = names.wanted_elsewhere
+    else:
+        return False
+    if not rest.strip():
+        return not ended
+    keyword = _IMPORT_KEYWORD.fullmatch(rest)
+    if keyword is None:
+        return False
+    if not keyword["clause"] and not ended:
+        return "import".startswith(keyword["keyword"])
+    return keyword["keyword"] == "import" and _clause_fits(keyword["clause"], bound, ended)
 
 
 def judged_from_line(line: str, names: ImportNames) -> bool:
@@ -214,6 +249,12 @@ class ImportLineConstraint:
         does, the tokens that go on spelling a module or name the line has begun (`word_endings`: a prefix
         allowed earlier must lead somewhere). None where all of the best fit, or nothing does (the row stands)."""
         candidates = torch.topk(row.float(), min(STEERED_CANDIDATES, row.shape[-1])).indices.tolist()
+        if self.names.wanted or self.names.wanted_elsewhere:
+            wanted = [
+                token for token in candidates if self._fits(line, self._text(token), wanted_import_fits)
+            ]
+            if wanted:
+                return wanted if len(wanted) < len(candidates) else None
         fitting = [token for token in candidates if self._fits(line, self._text(token))]
         if len(fitting) == len(candidates):
             return None
@@ -228,13 +269,13 @@ class ImportLineConstraint:
             fitting = sorted(t for t in spelling if t < vocab and self._fits(line, self._text(t)))
         return fitting or None
 
-    def _fits(self, line: str, token_text: str) -> bool:
+    def _fits(self, line: str, token_text: str, fits: LineRule = import_line_fits) -> bool:
         if not token_text:  # a special token (the end of text) or a byte fragment: not this rule's business
             return True
         breaks = [at for at in (token_text.find("\n"), token_text.find("\r")) if at != -1]
         if breaks:
-            return import_line_fits(line + token_text[: min(breaks)], self.names, ended=True)
-        return import_line_fits(line + token_text, self.names, ended=False)
+            return fits(line + token_text[: min(breaks)], self.names, True)
+        return fits(line + token_text, self.names, False)
 
     def _text(self, token_id: int) -> str:
         texts = self.token_texts.texts

@@ -165,6 +165,10 @@ class ImportedFiles(Protocol):
 
     def import_names(self, current: Document) -> tuple[dict[str, frozenset[str]], int] | None: ...
 
+    def wanted_imports(
+        self, current: Document, offset: int
+    ) -> tuple[dict[str, frozenset[str]], frozenset[str]]: ...
+
     def prepare(self, current: Document) -> None: ...
 
 

@@ -373,15 +373,20 @@ def build_completion_context(
         stop_rules=rules,
         forced_prefix=fragment,
         indent_style=style,
-        import_names=_import_names(store, doc, line_before, settings, at_imports),
+        import_names=_import_names(store, doc, offset, line_before, settings, at_imports),
     )
 
 
 def _import_names(
-    store: DocumentStore, doc: Document, line_before: str, settings: ContextSettings, at_imports: bool
+    store: DocumentStore,
+    doc: Document,
+    offset: int,
+    line_before: str,
+    settings: ContextSettings,
+    at_imports: bool,
 ) -> ImportNames | None:
-    """What a `from` line at the cursor may import, at a line among a Python file's imports that may still
-    become one; None elsewhere."""
+    """What a `from` line at the cursor may import, and what the file uses without importing it yet, at a line
+    among a Python file's imports that may still become one; None elsewhere."""
     if not (at_imports and settings.steer_imports and store.workspace is not None):
         return None
     if not may_become_from_import(line_before):
@@ -390,7 +395,8 @@ def _import_names(
     if found is None:
         return None
     modules, relative_depth = found
-    return ImportNames(line_before, modules, relative_depth)
+    wanted, wanted_elsewhere = store.workspace.wanted_imports(doc, offset)
+    return ImportNames(line_before, modules, relative_depth, wanted, wanted_elsewhere)
 
 
 # The block of the lines below keeps its first line while the cursor is at most this many lines above it: a

@@ -165,11 +165,16 @@ def _module_outline(path: Path, text: str) -> ModuleOutline:
     return ModuleOutline(top_level_definitions(text, reexports=path.name == "__init__.py"), bound)
 
 
-def importable(index: ModuleIndex, here: Path) -> tuple[dict[str, frozenset[str]], int]:
+def importable(
+    index: ModuleIndex, here: Path, leave_out_here: bool = False
+) -> tuple[dict[str, frozenset[str]], int]:
     """(each module a `from` line in file `here` could spell -> the names importable from it, how many
     leading dots its relative spellings go to): absolute dotted spellings from the import root, and relative
-    ones from `here`'s package and, inside the root, its parent. A package's names include its submodules."""
-    parts_of = {path: _module_parts(path, index.root) for path in index.bound}
+    ones from `here`'s package and, inside the root, its parent. A package's names include its submodules.
+    `leave_out_here`: as if `here` were not on disk (a file does not import from itself)."""
+    parts_of = {
+        path: _module_parts(path, index.root) for path in index.bound if not (leave_out_here and path == here)
+    }
     names: dict[tuple[str, ...], set[str]] = {}
     for path, parts in parts_of.items():
         names.setdefault(parts, set()).update(index.bound[path])
@@ -232,6 +237,7 @@ class WorkspaceFiles:
         self._outlines = _MadeFromFiles(_module_outline, MAX_INDEXES * MAX_INDEXED_FILES)
         # The last file's importable modules and the index they came from: lines typed at its imports reuse them.
         self._importable: tuple[Path, ModuleIndex, tuple[dict[str, frozenset[str]], int]] | None = None
+        self._importable_elsewhere: tuple[Path, ModuleIndex, dict[str, frozenset[str]]] | None = None
 
     @classmethod
     def from_uris(cls, uris: Sequence[str]) -> WorkspaceFiles | None:
@@ -301,6 +307,42 @@ class WorkspaceFiles:
         found = importable(index, here)
         self._importable = (here, index, found)
         return found
+
+    def wanted_imports(
+        self, current: Document, offset: int
+    ) -> tuple[dict[str, frozenset[str]], frozenset[str]]:
+        """The missing import at `offset`'s line of `current`: (each module spelling -> the names `current` uses
+        but does not bind, the line at `offset` left out, that the module binds and another file of the
+        workspace defines or is; those of the names no file of the workspace defines or is). Empty outside the
+        workspace folders and where the index could not list every file."""
+        here, root = self._place_of(current)
+        if here is None or root is None or len(current.text) > MAX_FILE_BYTES:
+            return {}, frozenset()
+        index = self._current_index(root)
+        if not index.complete:
+            return {}, frozenset()
+        used = unbound_names(without_line_at(current.text, offset))
+        if not used:
+            return {}, frozenset()
+        cached = self._importable_elsewhere
+        if cached is None or cached[0] != here or cached[1] is not index:
+            cached = (here, index, importable(index, here, leave_out_here=True)[0])
+            self._importable_elsewhere = cached
+        in_workspace = {
+            name
+            for name in used
+            if any(path != here for path in index.defined_in.get(name, ()))
+            or any(path != here for path in index.modules.get(name, ()))
+        }
+        elsewhere = frozenset(
+            name for name in used if name not in index.defined_in and name not in index.modules
+        )
+        modules = {
+            module: names & in_workspace
+            for module, names in cached[2].items()
+            if not names.isdisjoint(in_workspace)
+        }
+        return modules, elsewhere
 
     def prepare(self, current: Document) -> None:
         """Start indexing `current`'s import root aside, unless a fresh index or a build is there already: the
