@@ -97,7 +97,10 @@ def wanted_import_fits(line: str, names: ImportNames, ended: bool) -> bool:
         return False
     if not keyword["clause"] and not ended:
         return "import".startswith(keyword["keyword"])
-    return keyword["keyword"] == "import" and _clause_fits(keyword["clause"], bound, ended)
+    clause = keyword["clause"]
+    if "  " in clause or any(mark in clause for mark in "*(\\"):  # a name at once, spelled plainly
+        return False
+    return keyword["keyword"] == "import" and _clause_fits(clause, bound, ended)
 
 
 def judged_from_line(line: str, names: ImportNames) -> bool:

@@ -166,18 +166,20 @@ def _module_outline(path: Path, text: str) -> ModuleOutline:
 
 
 def importable(
-    index: ModuleIndex, here: Path, leave_out_here: bool = False
+    index: ModuleIndex, here: Path, defined_elsewhere: bool = False
 ) -> tuple[dict[str, frozenset[str]], int]:
     """(each module a `from` line in file `here` could spell -> the names importable from it, how many
     leading dots its relative spellings go to): absolute dotted spellings from the import root, and relative
     ones from `here`'s package and, inside the root, its parent. A package's names include its submodules.
-    `leave_out_here`: as if `here` were not on disk (a file does not import from itself)."""
+    `defined_elsewhere`: only the names each module defines (a package: exports), `here` left out (where
+    a missing import should come from, not each module that imports the name in turn)."""
+    names_of = index.definitions if defined_elsewhere else index.bound
     parts_of = {
-        path: _module_parts(path, index.root) for path in index.bound if not (leave_out_here and path == here)
+        path: _module_parts(path, index.root) for path in names_of if not (defined_elsewhere and path == here)
     }
     names: dict[tuple[str, ...], set[str]] = {}
     for path, parts in parts_of.items():
-        names.setdefault(parts, set()).update(index.bound[path])
+        names.setdefault(parts, set()).update(names_of[path])
         for depth in range(len(parts)):  # each package above the module holds it as a submodule
             names.setdefault(parts[:depth], set()).add(parts[depth])
     frozen = {parts: frozenset(found) for parts, found in names.items()}
@@ -326,7 +328,7 @@ class WorkspaceFiles:
             return {}, frozenset()
         cached = self._importable_elsewhere
         if cached is None or cached[0] != here or cached[1] is not index:
-            cached = (here, index, importable(index, here, leave_out_here=True)[0])
+            cached = (here, index, importable(index, here, defined_elsewhere=True)[0])
             self._importable_elsewhere = cached
         in_workspace = {
             name

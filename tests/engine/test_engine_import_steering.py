@@ -138,3 +138,32 @@ def test_sampled_lines_name_what_the_workspace_has_in_both_loops() -> None:
             text = engine.complete(request).text
             first_name = re.match(r"[ \t]*(\w*)", text)
             assert first_name is not None and first_name[1] in names.modules[".models"], (drafter, seed, text)
+
+
+@pytest.mark.parametrize("drafter", ["none", "model", "lookup", "hybrid"])
+def test_the_missing_import_is_written_first_and_speculation_stays_identical(drafter: str) -> None:
+    """Of the names the workspace has, the one the file uses without importing it is steered to first."""
+    target = tiny_llama(seed=71)
+    engine = local_engine(target, tiny_llama(seed=72))
+    exists = names_below_the_top(engine, target, PROMPT)
+    missing = sorted(exists)[-1]
+    names = ImportNames(
+        PROMPT.rsplit("\n", 1)[-1],
+        {".models": exists, ".": frozenset({"models"})},
+        relative_depth=1,
+        wanted={".models": frozenset({missing})},
+    )
+    plain = engine.complete(
+        CompletionRequest(PROMPT, max_new_tokens=NEW_TOKENS, drafter="none", import_names=names)
+    )
+    assert plain.text.split()[0].strip(",()") == missing
+    free = engine.complete(CompletionRequest(PROMPT, max_new_tokens=NEW_TOKENS, drafter="none"))
+    request = CompletionRequest(
+        PROMPT,
+        max_new_tokens=NEW_TOKENS,
+        drafter=drafter,
+        import_names=names,
+        lookup_context=(PROMPT + decode(free.token_ids),),
+        previous_completion=free.text,
+    )
+    assert engine.complete(request).token_ids == plain.token_ids

@@ -10,7 +10,7 @@ import torch
 
 from engine.api import BackendInfo, ImportNames
 from engine.healing import TokenTexts
-from engine.imports import ImportLineConstraint, import_line_fits, word_endings
+from engine.imports import ImportLineConstraint, import_line_fits, wanted_import_fits, word_endings
 from lsp_server.context import build_completion_context
 from lsp_server.context.builder import ContextSettings
 from lsp_server.context.fim import QWEN_CODER
@@ -211,3 +211,91 @@ def test_a_line_that_cannot_become_an_import_is_never_steered() -> None:
     constraint = ImportLineConstraint(ImportNames("x = ", TOOLSET.modules), TokenTexts(TEXTS))
     logits = torch.randn(2, len(TEXTS))
     assert constraint.constrain(logits, _ids("x")) is logits
+
+
+# The file uses LlmAgent (which the workspace defines) and Path (which it does not) without importing them.
+WANTED = ImportNames(
+    "",
+    NAMES.modules,
+    relative_depth=1,
+    wanted={".llm_agent": frozenset({"LlmAgent"}), ".": frozenset({"LlmAgent"})},
+    wanted_elsewhere=frozenset({"Path"}),
+)
+
+
+@pytest.mark.parametrize(
+    ("line", "ended", "fits"),
+    [
+        ("from .llm_agent import LlmAgent", True, True),
+        ("from . import LlmAgent", True, True),
+        ("from .llm_agent import Agent", True, False),  # exists, but the file does not use it
+        ("from .ll", False, True),
+        ("from .types", False, False),  # binds nothing the file uses
+        ("from pathlib import Path", True, True),  # not a workspace module: a name none of its files defines
+        ("from pathlib import Pa", False, True),
+        ("from pathlib import LlmAgent", True, False),  # a workspace name is imported from the workspace
+        ("from typing import Any", True, False),
+        ("from pkg.mod import Path", True, False),  # a workspace module that does not bind it
+        ("from pa", False, True),
+        ("from pathlib import  Path", True, False),  # spelled plainly, or left to the broader rule
+        ("from pathlib import *", True, False),
+        ("from .llm_agent import \\", False, False),
+        ("from .llm_agent import (LlmAgent", False, False),
+        ("x = 1", True, True),  # other lines are not judged
+    ],
+)
+def test_which_lines_import_what_the_file_is_missing(line: str, ended: bool, fits: bool) -> None:
+    assert wanted_import_fits(line, WANTED, ended) is fits
+
+
+def test_nothing_wanted_from_elsewhere_keeps_a_line_in_the_workspace() -> None:
+    only_here = ImportNames("", NAMES.modules, 1, wanted={".llm_agent": frozenset({"LlmAgent"})})
+    assert not wanted_import_fits("from ab", only_here, ended=False)  # `abc` can hold none of it
+    assert wanted_import_fits("from .", only_here, ended=False)
+
+
+def test_the_missing_import_is_steered_first_and_another_import_is_followed() -> None:
+    texts = [" .", "llm_agent", " import", " LlmAgent", " Agent", " abc"]
+    names = ImportNames("from", NAMES.modules, 1, wanted={".llm_agent": frozenset({"LlmAgent"})})
+    constraint = ImportLineConstraint(names, TokenTexts(texts))
+    logits = torch.tensor([[1.0, 0.0, 0.0, 0.0, 0.0, 2.0]])  # the model would write `from abc`
+    assert int(constraint.constrain(logits).argmax()) == texts.index(" .")
+    constraint.advance([texts.index(" ."), texts.index("llm_agent"), texts.index(" import")])
+    logits = torch.tensor(
+        [[0.0, 0.0, 0.0, 1.0, 3.0, 0.0]]
+    )  # it would import Agent, which the file does not use
+    assert int(constraint.constrain(logits).argmax()) == texts.index(" LlmAgent")
+    # A user who typed another name is followed: no token leads to a wanted import, so the broad rule applies.
+    typed = ImportLineConstraint(
+        ImportNames("from .llm_agent import Ag", NAMES.modules, 1, wanted=names.wanted),
+        TokenTexts(["ent", "x"]),
+    )
+    logits = torch.tensor([[1.0, 2.0]])
+    assert int(typed.constrain(logits).argmax()) == 0
+
+
+def test_what_the_file_is_missing_from_its_workspace(tmp_path: Path) -> None:
+    runner = _project(tmp_path)
+    (tmp_path / "app" / "agents" / "helper.py").write_text("from .llm_agent import LlmAgent\n")
+    text = (
+        "from .llm_agent import LlmAgent\n\n\nclass Runner:\n    limit = LIMIT\n    path = Path(LlmAgent)\n"
+    )
+    document = new_document(runner.as_uri(), "python", 1, text)
+    wanted, elsewhere = WorkspaceFiles([tmp_path]).wanted_imports(document, 0)
+    # The line at the offset (the import of LlmAgent) is left out: LlmAgent is missing too.
+    assert wanted["..config"] == {"LIMIT"}
+    assert wanted[".llm_agent"] == {"LlmAgent"}
+    assert ".runner" not in wanted  # the file itself is no source
+    assert ".helper" not in wanted  # a module that imports the name in turn is none either
+    assert elsewhere == {"Path"}
+    assert "Runner" not in elsewhere  # the file defines it
+    offset = text.index("class")
+    wanted, elsewhere = WorkspaceFiles([tmp_path]).wanted_imports(document, offset)
+    assert ".llm_agent" not in wanted and wanted["..config"] == {"LIMIT"}
+
+
+def test_the_builder_hands_the_engine_the_missing_import(tmp_path: Path) -> None:
+    runner = _project(tmp_path)
+    ctx = _context(runner, tmp_path, "from .llm_agent import LlmAgent\n<>\n\nclass Runner:\n    x = LIMIT\n")
+    assert ctx.import_names is not None
+    assert ctx.import_names.wanted["..config"] == {"LIMIT"}
