@@ -103,6 +103,22 @@ def wanted_import_fits(line: str, names: ImportNames, ended: bool) -> bool:
     return keyword["keyword"] == "import" and _clause_fits(clause, bound, ended)
 
 
+def wanted_endings(line: str, names: ImportNames) -> list[str]:
+    """What would finish importing a name the file is missing, once `line` imports from a module of the
+    workspace that binds one (`ImportNames.wanted`): the rest of each such name after what is spelled."""
+    match = _FROM.fullmatch(line)
+    if match is None or match["module"] not in names.wanted:
+        return []
+    keyword = _IMPORT_KEYWORD.fullmatch(match["rest"])
+    if keyword is None or keyword["keyword"] != "import" or "," in keyword["clause"]:
+        return []
+    clause = keyword["clause"]
+    spelled = clause[1:] if clause[:1] == " " else clause
+    if not clause:
+        return [" " + name for name in names.wanted[match["module"]]]
+    return [name[len(spelled) :] for name in names.wanted[match["module"]] if name.startswith(spelled)]
+
+
 def judged_from_line(line: str, names: ImportNames) -> bool:
     """Whether `line` is a `from` line whose module `import_line_fits` judges (not the standard library's)."""
     match = _FROM.fullmatch(line)
@@ -142,7 +158,7 @@ def _clause_fits(clause: str, bound: frozenset[str], ended: bool) -> bool:
     cut = _STATEMENT_END.search(clause)
     if cut is not None:
         clause, ended = clause[: cut.start()], True
-    if clause[:1] not in ("", " ", "\t"):  # `importx`: another word, not the keyword
+    if clause[:1] not in ("", " ", "\t") or clause[1:2].isspace():  # `importx`; `import  x`
         return False
     body = clause.lstrip(" \t")  # a space after the last name ends it: it is kept
     opened = body.startswith("(")  # the names may go on over the next lines
@@ -252,25 +268,31 @@ class ImportLineConstraint:
         does, the tokens that go on spelling a module or name the line has begun (`word_endings`: a prefix
         allowed earlier must lead somewhere). None where all of the best fit, or nothing does (the row stands)."""
         candidates = torch.topk(row.float(), min(STEERED_CANDIDATES, row.shape[-1])).indices.tolist()
+        vocab = row.shape[-1]  # the tokenizer may know ids the model's head lacks
         if self.names.wanted or self.names.wanted_elsewhere:
             wanted = [
                 token for token in candidates if self._fits(line, self._text(token), wanted_import_fits)
             ]
+            if not wanted:  # a line already importing from where a missing name is goes on to that name
+                wanted = self._spelling(wanted_endings(line, self.names), line, vocab, wanted_import_fits)
             if wanted:
                 return wanted if len(wanted) < len(candidates) else None
         fitting = [token for token in candidates if self._fits(line, self._text(token))]
         if len(fitting) == len(candidates):
             return None
         if not fitting:
-            spelling: set[int] = set()
-            for ending in word_endings(line, self.names):
-                try:
-                    spelling.update(self.token_texts.allowed_ids(ending).tolist())
-                except ValueError:  # no token spells it (a letter the vocabulary lacks)
-                    continue
-            vocab = row.shape[-1]  # the tokenizer may know ids the model's head lacks
-            fitting = sorted(t for t in spelling if t < vocab and self._fits(line, self._text(t)))
+            fitting = self._spelling(word_endings(line, self.names), line, vocab, import_line_fits)
         return fitting or None
+
+    def _spelling(self, endings: Iterable[str], line: str, vocab: int, fits: LineRule) -> list[int]:
+        """The tokens that go on spelling one of `endings` and keep the line fitting `fits`."""
+        spelling: set[int] = set()
+        for ending in endings:
+            try:
+                spelling.update(self.token_texts.allowed_ids(ending).tolist())
+            except ValueError:  # no token spells it (a letter the vocabulary lacks)
+                continue
+        return sorted(t for t in spelling if t < vocab and self._fits(line, self._text(t), fits))
 
     def _fits(self, line: str, token_text: str, fits: LineRule = import_line_fits) -> bool:
         if not token_text:  # a special token (the end of text) or a byte fragment: not this rule's business

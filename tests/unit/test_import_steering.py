@@ -10,7 +10,13 @@ import torch
 
 from engine.api import BackendInfo, ImportNames
 from engine.healing import TokenTexts
-from engine.imports import ImportLineConstraint, import_line_fits, wanted_import_fits, word_endings
+from engine.imports import (
+    ImportLineConstraint,
+    import_line_fits,
+    wanted_endings,
+    wanted_import_fits,
+    word_endings,
+)
 from lsp_server.context import build_completion_context
 from lsp_server.context.builder import ContextSettings
 from lsp_server.context.fim import QWEN_CODER
@@ -63,6 +69,7 @@ NAMES = ImportNames(
         ("from .llm_agent import LlmAgent, \\", False, True),  # more names on the next line
         ("from .llm_agent import LLM \\", False, False),  # but those before it are complete
         ("from .llm_agent import LLM ", False, False),  # a space ends the name
+        ("from .llm_agent import  LlmAgent", True, False),  # spelled plainly
         # Not judged: the standard library, installed packages, deeper relative imports, other lines.
         ("from typing import Anything", True, True),
         ("from pk", False, True),
@@ -299,3 +306,17 @@ def test_the_builder_hands_the_engine_the_missing_import(tmp_path: Path) -> None
     ctx = _context(runner, tmp_path, "from .llm_agent import LlmAgent\n<>\n\nclass Runner:\n    x = LIMIT\n")
     assert ctx.import_names is not None
     assert ctx.import_names.wanted["..config"] == {"LIMIT"}
+
+
+def test_a_line_importing_from_where_a_missing_name_is_goes_on_to_that_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("engine.imports.STEERED_CANDIDATES", 2)
+    texts = [" Other", " Open", "API", "Tool", "set", "x"]
+    names = ImportNames("from .m import", TOOLSET.modules, 1, wanted={".m": frozenset({"OpenAPIToolset"})})
+    constraint = ImportLineConstraint(names, TokenTexts(texts))
+    # Neither of the two best tokens begins the missing name: the tokens that spell it stay.
+    logits = torch.tensor([[5.0, 0.0, 0.0, 0.0, 0.0, 4.0]])
+    assert torch.isfinite(constraint.constrain(logits)[0]).tolist() == [t == " Open" for t in texts]
+    assert wanted_endings("from .m import Open", names) == ["APIToolset"]
+    assert wanted_endings("from .other import ", names) == []
