@@ -86,7 +86,7 @@ def wanted_import_fits(line: str, names: ImportNames, ended: bool) -> bool:
         return any(known.startswith(module) for known in names.wanted)
     if module in names.wanted:
         bound = names.wanted[module]
-    elif elsewhere and module[:1] != ".":
+    elif elsewhere and module[:1] != "." and not _workspace_package(module, names):
         bound = names.wanted_elsewhere
     else:
         return False
@@ -151,6 +151,12 @@ def _judged(module: str, names: ImportNames) -> bool:
         return dots <= names.relative_depth
     head, dot, _ = module.partition(".")
     return bool(dot) and any(known.partition(".")[0] == head for known in names.modules if known[:1] != ".")
+
+
+def _workspace_package(module: str, names: ImportNames) -> bool:
+    """Whether an absolute `module`, spelled out, is in one of the workspace's own packages."""
+    head = module.partition(".")[0]
+    return any(known.partition(".")[0] == head for known in names.modules if known[:1] != ".")
 
 
 def _clause_fits(clause: str, bound: frozenset[str], ended: bool) -> bool:

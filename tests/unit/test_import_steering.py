@@ -243,6 +243,7 @@ WANTED = ImportNames(
         ("from pathlib import LlmAgent", True, False),  # a workspace name is imported from the workspace
         ("from typing import Any", True, False),
         ("from pkg.mod import Path", True, False),  # a workspace module that does not bind it
+        ("from pkg import Path", True, False),  # nor does the workspace's package
         ("from pa", False, True),
         ("from pathlib import  Path", True, False),  # spelled plainly, or left to the broader rule
         ("from pathlib import *", True, False),
