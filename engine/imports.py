@@ -86,10 +86,12 @@ def wanted_import_fits(line: str, names: ImportNames, ended: bool) -> bool:
         return any(known.startswith(module) for known in names.wanted)
     if module in names.wanted:
         bound = names.wanted[module]
-    elif elsewhere and module[:1] != "." and not _workspace_package(module, names):
-        bound = names.wanted_elsewhere
-    else:
+    elif module[:1] == "." or not names.wanted_elsewhere:
         return False
+    elif not elsewhere or _workspace_package(module, names):
+        return True  # a workspace module, while names come from elsewhere: left to the broader rule
+    else:
+        bound = names.wanted_elsewhere
     if not rest.strip():
         return not ended
     keyword = _IMPORT_KEYWORD.fullmatch(rest)
@@ -281,8 +283,8 @@ class ImportLineConstraint:
             ]
             if not wanted:  # a line already importing from where a missing name is goes on to that name
                 wanted = self._spelling(wanted_endings(line, self.names), line, vocab, wanted_import_fits)
-            if wanted:
-                return wanted if len(wanted) < len(candidates) else None
+            if wanted and len(wanted) < len(candidates):
+                return wanted
         fitting = [token for token in candidates if self._fits(line, self._text(token))]
         if len(fitting) == len(candidates):
             return None

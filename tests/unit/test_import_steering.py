@@ -242,8 +242,9 @@ WANTED = ImportNames(
         ("from pathlib import Pa", False, True),
         ("from pathlib import LlmAgent", True, False),  # a workspace name is imported from the workspace
         ("from typing import Any", True, False),
-        ("from pkg.mod import Path", True, False),  # a workspace module that does not bind it
-        ("from pkg import Path", True, False),  # nor does the workspace's package
+        # A workspace module while a name comes from elsewhere: left to the broader rule (`import_line_fits`).
+        ("from pkg.mod import Path", True, True),
+        ("from pkg import Path", True, True),
         ("from pa", False, True),
         ("from pathlib import  Path", True, False),  # spelled plainly, or left to the broader rule
         ("from pathlib import *", True, False),
@@ -321,3 +322,11 @@ def test_a_line_importing_from_where_a_missing_name_is_goes_on_to_that_name(
     assert torch.isfinite(constraint.constrain(logits)[0]).tolist() == [t == " Open" for t in texts]
     assert wanted_endings("from .m import Open", names) == ["APIToolset"]
     assert wanted_endings("from .other import ", names) == []
+
+
+def test_a_workspace_line_is_held_to_what_exists_while_a_missing_name_comes_from_elsewhere() -> None:
+    texts = [" Thing", " Other"]
+    names = ImportNames("from pkg.mod import", NAMES.modules, 1, wanted_elsewhere=frozenset({"Path"}))
+    logits = torch.tensor([[1.0, 2.0]])
+    steered = ImportLineConstraint(names, TokenTexts(texts)).constrain(logits)
+    assert int(steered.argmax()) == 0 and steered[0, 1] == float("-inf")
