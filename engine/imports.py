@@ -81,8 +81,8 @@ def wanted_import_fits(line: str, names: ImportNames, ended: bool) -> bool:
     module, rest = match["module"], match["rest"]
     elsewhere = bool(names.wanted_elsewhere) and not _judged(module, names)
     if not rest and not ended:  # the module is being spelled
-        if module[:1] != "." and elsewhere:
-            return True
+        if module[:1] != "." and names.wanted_elsewhere:
+            return True  # it may be on its way out of the workspace
         return any(known.startswith(module) for known in names.wanted)
     if module in names.wanted:
         bound = names.wanted[module]

@@ -244,6 +244,7 @@ WANTED = ImportNames(
         ("from typing import Any", True, False),
         # A workspace module while a name comes from elsewhere: left to the broader rule (`import_line_fits`).
         ("from pkg.mod import Path", True, True),
+        ("from pkg.m", False, True),
         ("from pkg import Path", True, True),
         ("from pa", False, True),
         ("from pathlib import  Path", True, False),  # spelled plainly, or left to the broader rule
