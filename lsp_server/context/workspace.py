@@ -196,6 +196,11 @@ def importable(
     return modules, depth
 
 
+def _holds(module: Path, here: Path) -> bool:
+    """Whether `module` is `here` or a package `here` is inside."""
+    return module == here or (module.name == "__init__.py" and here.is_relative_to(module.parent))
+
+
 def _module_parts(path: Path, root: Path) -> tuple[str, ...]:
     """The dotted parts a module is imported by from `root` (a package is its folder)."""
     parts = path.relative_to(root).with_suffix("").parts
@@ -330,14 +335,17 @@ class WorkspaceFiles:
         if cached is None or cached[0] != here or cached[1] is not index:
             cached = (here, index, importable(index, here, defined_elsewhere=True)[0])
             self._importable_elsewhere = cached
+        # A name is imported from the workspace where another file defines it or is that module; not where
+        # only the file itself defines it (its own line is missing), nor as the package the file is in
+        # (`bigquery` in tools/bigquery/client.py is `google.cloud`'s).
         in_workspace = {
             name
             for name in used
             if any(path != here for path in index.defined_in.get(name, ()))
-            or any(path != here for path in index.modules.get(name, ()))
+            or any(not _holds(path, here) for path in index.modules.get(name, ()))
         }
         elsewhere = frozenset(
-            name for name in used if name not in index.defined_in and name not in index.modules
+            name for name in used if name not in in_workspace and here not in index.defined_in.get(name, ())
         )
         modules = {
             module: names & in_workspace

@@ -298,6 +298,9 @@ def test_what_the_file_is_missing_from_its_workspace(tmp_path: Path) -> None:
     assert ".runner" not in wanted  # the file itself is no source
     assert ".helper" not in wanted  # a module that imports the name in turn is none either
     assert elsewhere == {"Path"}
+    # The package the file is in names nothing it imports: `agents` here is some other module's.
+    package_named = new_document(runner.as_uri(), "python", 1, text + "    run = agents.run()\n")
+    assert "agents" in WorkspaceFiles([tmp_path]).wanted_imports(package_named, 0)[1]
     assert "Runner" not in elsewhere  # the file defines it
     offset = text.index("class")
     wanted, elsewhere = WorkspaceFiles([tmp_path]).wanted_imports(document, offset)
