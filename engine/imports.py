@@ -152,7 +152,7 @@ def _judged(module: str, names: ImportNames) -> bool:
     if dots:
         return dots <= names.relative_depth
     head, dot, _ = module.partition(".")
-    return bool(dot) and any(known.partition(".")[0] == head for known in names.modules if known[:1] != ".")
+    return bool(dot) and _workspace_package(head, names)
 
 
 def _workspace_package(module: str, names: ImportNames) -> bool:
@@ -272,19 +272,24 @@ class ImportLineConstraint:
         return self.names.line_start + written, False
 
     def _fitting(self, row: torch.Tensor, line: str) -> list[int] | None:
-        """Of the row's STEERED_CANDIDATES best tokens, those that keep the line fitting; where none of them
-        does, the tokens that go on spelling a module or name the line has begun (`word_endings`: a prefix
-        allowed earlier must lead somewhere). None where all of the best fit, or nothing does (the row stands)."""
+        """Where the file is missing names, first: of the row's STEERED_CANDIDATES best tokens, those on the way
+        to importing one (`wanted_import_fits`), or where none is, those spelling the missing name from the
+        module the line names (`wanted_endings`). Then, or where all of the best are on that way: those that
+        keep the line fitting; where none of them does, the tokens that go on spelling a module or name the
+        line has begun (`word_endings`: a prefix allowed earlier must lead somewhere). None where all of the
+        best fit, or nothing does (the row stands)."""
         candidates = torch.topk(row.float(), min(STEERED_CANDIDATES, row.shape[-1])).indices.tolist()
         vocab = row.shape[-1]  # the tokenizer may know ids the model's head lacks
         if self.names.wanted or self.names.wanted_elsewhere:
             wanted = [
                 token for token in candidates if self._fits(line, self._text(token), wanted_import_fits)
             ]
-            if not wanted:  # a line already importing from where a missing name is goes on to that name
-                wanted = self._spelling(wanted_endings(line, self.names), line, vocab, wanted_import_fits)
             if wanted and len(wanted) < len(candidates):
                 return wanted
+            if not wanted:  # a line already importing from where a missing name is goes on to that name
+                spelled = self._spelling(wanted_endings(line, self.names), line, vocab, wanted_import_fits)
+                if spelled:
+                    return spelled
         fitting = [token for token in candidates if self._fits(line, self._text(token))]
         if len(fitting) == len(candidates):
             return None
