@@ -59,16 +59,10 @@ def import_line_fits(line: str, names: ImportNames, ended: bool) -> bool:
         return any(known.startswith(module) for known in names.modules)
     if module not in names.modules:
         return False
-    if not rest.strip():
-        return not ended  # `from .x` alone is no statement
-    keyword = _IMPORT_KEYWORD.fullmatch(rest)
-    if keyword is None:
-        return False
-    if not keyword["clause"] and not ended:
-        return "import".startswith(keyword["keyword"])
-    if keyword["keyword"] != "import":
-        return False
-    return _clause_fits(keyword["clause"], names.modules[module], ended)
+    clause = _names_clause(rest, ended)
+    if isinstance(clause, bool):
+        return clause
+    return _clause_fits(clause, names.modules[module], ended)
 
 
 def wanted_import_fits(line: str, names: ImportNames, ended: bool) -> bool:
@@ -79,7 +73,6 @@ def wanted_import_fits(line: str, names: ImportNames, ended: bool) -> bool:
     if match is None:
         return True
     module, rest = match["module"], match["rest"]
-    elsewhere = bool(names.wanted_elsewhere) and not _judged(module, names)
     if not rest and not ended:  # the module is being spelled
         if module[:1] != "." and names.wanted_elsewhere:
             return True  # it may be on its way out of the workspace
@@ -88,10 +81,21 @@ def wanted_import_fits(line: str, names: ImportNames, ended: bool) -> bool:
         bound = names.wanted[module]
     elif module[:1] == "." or not names.wanted_elsewhere:
         return False
-    elif not elsewhere or _workspace_package(module, names):
+    elif _workspace_package(module, names):
         return True  # a workspace module, while names come from elsewhere: left to the broader rule
     else:
         bound = names.wanted_elsewhere
+    clause = _names_clause(rest, ended)
+    if isinstance(clause, bool):
+        return clause
+    if "  " in clause or any(mark in clause for mark in "*(\\"):  # a name at once, spelled plainly
+        return False
+    return _clause_fits(clause, bound, ended)
+
+
+def _names_clause(rest: str, ended: bool) -> str | bool:
+    """The part after `import` in `rest` (what follows a `from` line's module), once the keyword is there;
+    before that, whether the line can still reach it (`from .x` alone is no statement)."""
     if not rest.strip():
         return not ended
     keyword = _IMPORT_KEYWORD.fullmatch(rest)
@@ -99,10 +103,9 @@ def wanted_import_fits(line: str, names: ImportNames, ended: bool) -> bool:
         return False
     if not keyword["clause"] and not ended:
         return "import".startswith(keyword["keyword"])
-    clause = keyword["clause"]
-    if "  " in clause or any(mark in clause for mark in "*(\\"):  # a name at once, spelled plainly
+    if keyword["keyword"] != "import":
         return False
-    return keyword["keyword"] == "import" and _clause_fits(clause, bound, ended)
+    return keyword["clause"]
 
 
 def wanted_endings(line: str, names: ImportNames) -> list[str]:

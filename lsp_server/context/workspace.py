@@ -18,7 +18,8 @@ the folder after RESOLVE_TTL_S. The index is built aside, on a thread of its own
 the index it has instead of listing the project; only a request for a root never prepared builds it.
 
 The same index says what a `from` line there may import (`import_names`): every module of the import root and
-the names each binds, for the engine's import-line steering (`engine.imports`).
+the names each binds, and which of the names the file uses but lacks each could bring in (`wanted_imports`),
+for the engine's import-line steering (`engine.imports`).
 """
 
 from __future__ import annotations
@@ -242,9 +243,9 @@ class WorkspaceFiles:
         self._build_lock = threading.Lock()
         # Top-level names of every indexed file; pruned to the files of the indexes kept (`_build_index`).
         self._outlines = _MadeFromFiles(_module_outline, MAX_INDEXES * MAX_INDEXED_FILES)
-        # The last file's importable modules and the index they came from: lines typed at its imports reuse them.
-        self._importable: tuple[Path, ModuleIndex, tuple[dict[str, frozenset[str]], int]] | None = None
-        self._importable_elsewhere: tuple[Path, ModuleIndex, dict[str, frozenset[str]]] | None = None
+        # The last file's importable modules (`importable`, by `defined_elsewhere`) and the index they came
+        # from: lines typed at its imports reuse them.
+        self._importable: dict[bool, tuple[Path, ModuleIndex, tuple[dict[str, frozenset[str]], int]]] = {}
 
     @classmethod
     def from_uris(cls, uris: Sequence[str]) -> WorkspaceFiles | None:
@@ -308,12 +309,7 @@ class WorkspaceFiles:
         index = self._current_index(root)
         if not index.complete:
             return None
-        cached = self._importable
-        if cached is not None and cached[0] == here and cached[1] is index:
-            return cached[2]
-        found = importable(index, here)
-        self._importable = (here, index, found)
-        return found
+        return self._importable_from(index, here)
 
     def wanted_imports(
         self, current: Document, offset: int
@@ -331,10 +327,6 @@ class WorkspaceFiles:
         used = unbound_names(without_line_at(current.text, offset))
         if not used:
             return {}, frozenset()
-        cached = self._importable_elsewhere
-        if cached is None or cached[0] != here or cached[1] is not index:
-            cached = (here, index, importable(index, here, defined_elsewhere=True)[0])
-            self._importable_elsewhere = cached
         # A name is imported from the workspace where another file defines it or is that module; not where
         # only the file itself defines it (its own line is missing), nor as the package the file is in
         # (`bigquery` in tools/bigquery/client.py is `google.cloud`'s).
@@ -349,10 +341,20 @@ class WorkspaceFiles:
         )
         modules = {
             module: names & in_workspace
-            for module, names in cached[2].items()
+            for module, names in self._importable_from(index, here, defined_elsewhere=True)[0].items()
             if not names.isdisjoint(in_workspace)
         }
         return modules, elsewhere
+
+    def _importable_from(
+        self, index: ModuleIndex, here: Path, defined_elsewhere: bool = False
+    ) -> tuple[dict[str, frozenset[str]], int]:
+        """`importable`, kept for the last file and index asked."""
+        cached = self._importable.get(defined_elsewhere)
+        if cached is None or cached[0] != here or cached[1] is not index:
+            cached = (here, index, importable(index, here, defined_elsewhere))
+            self._importable[defined_elsewhere] = cached
+        return cached[2]
 
     def prepare(self, current: Document) -> None:
         """Start indexing `current`'s import root aside, unless a fresh index or a build is there already: the

@@ -9,7 +9,7 @@ import pytest
 import torch
 from engine_core_support import decode, local_engine, tiny_llama
 
-from engine.api import CompletionRequest, ImportNames
+from engine.api import CompletionRequest, CompletionResult, ImportNames
 from engine.imports import STEERED_CANDIDATES, import_line_fits
 
 PROMPT = "import os\nimport sys\nfrom .models import"
@@ -37,6 +37,19 @@ def names_below_the_top(engine: object, model: torch.nn.Module, prompt: str) -> 
 def steered(prompt: str, names: frozenset[str]) -> ImportNames:
     line_start = prompt.rsplit("\n", 1)[-1]
     return ImportNames(line_start, {".models": names, ".": frozenset({"models"})}, relative_depth=1)
+
+
+def copying_the_unsteered(free: CompletionResult, drafter: str, names: ImportNames) -> CompletionRequest:
+    """A steered request whose copying drafters (prompt lookup, the previous suggestion) hold the unsteered
+    output `free`, so their drafts break the steered line."""
+    return CompletionRequest(
+        PROMPT,
+        max_new_tokens=NEW_TOKENS,
+        drafter=drafter,
+        import_names=names,
+        lookup_context=(PROMPT + decode(free.token_ids),),
+        previous_completion=free.text,
+    )
 
 
 def test_steering_changes_the_line_to_a_name_the_workspace_has() -> None:
@@ -81,15 +94,7 @@ def test_greedy_speculation_with_steering_is_identical_to_the_steered_baseline(d
             CompletionRequest(PROMPT, max_new_tokens=NEW_TOKENS, drafter="none", import_names=names)
         )
         # The drafters copy the unsteered line: their drafts break the line and must be rejected.
-        request = CompletionRequest(
-            PROMPT,
-            max_new_tokens=NEW_TOKENS,
-            drafter=drafter,
-            import_names=names,
-            lookup_context=(PROMPT + decode(free.token_ids),),
-            previous_completion=free.text,
-        )
-        got = engine.complete(request)
+        got = engine.complete(copying_the_unsteered(free, drafter, names))
         assert got.token_ids == want.token_ids, (drafter, draft is target)
         assert got.text == want.text
         changed += want.token_ids != free.token_ids
@@ -158,12 +163,4 @@ def test_the_missing_import_is_written_first_and_speculation_stays_identical(dra
     )
     assert plain.text.split()[0].strip(",()") == missing
     free = engine.complete(CompletionRequest(PROMPT, max_new_tokens=NEW_TOKENS, drafter="none"))
-    request = CompletionRequest(
-        PROMPT,
-        max_new_tokens=NEW_TOKENS,
-        drafter=drafter,
-        import_names=names,
-        lookup_context=(PROMPT + decode(free.token_ids),),
-        previous_completion=free.text,
-    )
-    assert engine.complete(request).token_ids == plain.token_ids
+    assert engine.complete(copying_the_unsteered(free, drafter, names)).token_ids == plain.token_ids
