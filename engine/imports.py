@@ -26,11 +26,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-
-import torch
+from typing import TYPE_CHECKING
 
 from engine.api import ANY_NAME, ImportNames, may_become_from_import
-from engine.healing import TokenTexts
+
+if (
+    TYPE_CHECKING
+):  # the line rules are pure; the stop rules (`lsp_server.context.stops`) use them without torch
+    import torch
+
+    from engine.healing import TokenTexts
 
 # Tokens checked per row, best first: a greedy pick is the best of these that fits. A name the model scores
 # below them is not one it would write.
@@ -281,7 +286,7 @@ class ImportLineConstraint:
         keep the line fitting; where none of them does, the tokens that go on spelling a module or name the
         line has begun (`word_endings`: a prefix allowed earlier must lead somewhere). None where all of the
         best fit, or nothing does (the row stands)."""
-        candidates = torch.topk(row.float(), min(STEERED_CANDIDATES, row.shape[-1])).indices.tolist()
+        candidates = row.float().topk(min(STEERED_CANDIDATES, row.shape[-1])).indices.tolist()
         vocab = row.shape[-1]  # the tokenizer may know ids the model's head lacks
         if self.names.wanted or self.names.wanted_elsewhere:
             wanted = [

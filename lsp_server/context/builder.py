@@ -361,6 +361,9 @@ def build_completion_context(
     fragment = healed_fragment(prefix) if info.token_healing and settings.token_healing else ""
     if fragment:
         prompt = template.format(prefix[: -len(fragment)], suffix, snippets, comment, path, name_file)
+    known = _workspace_modules(store, doc, settings, at_imports)
+    if known is not None:
+        rules.later_imports = ImportNames("", *known)
     return CompletionContext(
         prompt=prompt,
         prefix=prefix,
@@ -373,8 +376,18 @@ def build_completion_context(
         stop_rules=rules,
         forced_prefix=fragment,
         indent_style=style,
-        import_names=_import_names(store, doc, offset, line_before, settings, at_imports),
+        import_names=_import_names(store, doc, offset, line_before, known),
     )
+
+
+def _workspace_modules(
+    store: DocumentStore, doc: Document, settings: ContextSettings, at_imports: bool
+) -> tuple[dict[str, frozenset[str]], int] | None:
+    """What each module a `from` line of `doc` could spell binds, and how many leading dots a relative one
+    may have, at a line among a Python file's imports with import steering on; None elsewhere."""
+    if not (at_imports and settings.steer_imports and store.workspace is not None):
+        return None
+    return store.workspace.import_names(doc)
 
 
 def _import_names(
@@ -382,19 +395,13 @@ def _import_names(
     doc: Document,
     offset: int,
     line_before: str,
-    settings: ContextSettings,
-    at_imports: bool,
+    known: tuple[dict[str, frozenset[str]], int] | None,
 ) -> ImportNames | None:
-    """What a `from` line at the cursor may import, and what the file uses without importing it yet, at a line
-    among a Python file's imports that may still become one; None elsewhere."""
-    if not (at_imports and settings.steer_imports and store.workspace is not None):
+    """What a `from` line at the cursor may import (`known`), and what the file uses without importing it yet,
+    at a line among the imports that may still become one; None elsewhere."""
+    if known is None or store.workspace is None or not may_become_from_import(line_before):
         return None
-    if not may_become_from_import(line_before):
-        return None
-    found = store.workspace.import_names(doc)
-    if found is None:
-        return None
-    modules, relative_depth = found
+    modules, relative_depth = known
     wanted, wanted_elsewhere = store.workspace.wanted_imports(doc, offset)
     return ImportNames(line_before, modules, relative_depth, wanted, wanted_elsewhere)
 

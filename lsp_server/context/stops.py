@@ -4,6 +4,9 @@ Each rule looks at the completion text so far and may name an index where it mus
 0. no marker text: a FIM, chat or end-of-text marker ends the completion where it starts;
 1. single-line mode ends at the first newline;
 2. at most `max_lines` lines;
+2b. among the imports, no later line naming what the workspace lacks: a `from` line after the first that
+   imports a module or a name the workspace does not have (`engine.imports.import_line_fits`) ends the
+   suggestion before it (the first line is steered instead, `engine.imports.ImportLineConstraint`);
 3. the end of the cursor's block: a line indented below the block (brace languages may still close the
    block with a line that starts with a bracket the completion has not opened);
 4. brackets balanced against the suffix: a closing bracket the suffix already supplies is not generated;
@@ -23,6 +26,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from engine.api import ImportNames
+from engine.imports import import_line_fits
 from engine.words import NAME, is_word_char
 from lsp_server.context.gate import chat_artifact, first_line_confidence, repeats_neighbour
 from lsp_server.context.syntax import (
@@ -200,6 +205,8 @@ class SyntaxStopRules:
     markers: tuple[str, ...] = ()  # text that never belongs to a suggestion (`fim.marker_texts`)
     literal: LiteralKind | None = None  # the comment or docstring the cursor is in (prose is allowed there)
     min_first_line_probability: float = 0.0  # rule 9's threshold; 0: off
+    # Rule 2b: what the workspace's modules hold, at a line among a Python file's imports (else None).
+    later_imports: ImportNames | None = None
     suffix_closers: list[str] = field(init=False)
     prefix: str = ""  # the text before the cursor, its last few thousand characters
     # The indentation of the suffix's first closer where it starts a line below the cursor's (else None), and
@@ -252,6 +259,7 @@ class SyntaxStopRules:
             (self._marker(text), "marker"),
             (self._single_line(text), "single-line"),
             (self._max_lines(text), "max-lines"),
+            (self._invented_import(text, final), "import"),
             (self._block_end(text), "block-end"),
             (self._bracket_from_suffix(text), "brackets"),
             (self._duplicates(text, final), "duplicate"),
@@ -291,6 +299,21 @@ class SyntaxStopRules:
             if pos == -1:
                 return None
         return pos
+
+    # 2b
+    def _invented_import(self, text: str, final: bool) -> int | None:
+        """The line break before the first later line that is, or can only become, a `from` import of what
+        the workspace lacks. An unfinished line is judged by what it can still become."""
+        if self.later_imports is None:
+            return None
+        start = text.find("\n")
+        while start != -1:
+            end = text.find("\n", start + 1)
+            line = text[start + 1 : end if end != -1 else len(text)].rstrip("\r")
+            if not import_line_fits(line, self.later_imports, ended=end != -1 or final):
+                return start
+            start = end
+        return None
 
     # 3
     def _block_end(self, text: str) -> int | None:

@@ -334,3 +334,53 @@ def test_a_workspace_line_is_held_to_what_exists_while_a_missing_name_comes_from
     logits = torch.tensor([[1.0, 2.0]])
     steered = ImportLineConstraint(names, TokenTexts(texts)).constrain(logits)
     assert int(steered.argmax()) == 0 and steered[0, 1] == float("-inf")
+
+
+def test_a_later_from_line_naming_what_the_workspace_lacks_ends_the_suggestion_before_it(
+    tmp_path: Path,
+) -> None:
+    runner = _project(tmp_path)
+    ctx = _context(runner, tmp_path, "from .llm_agent import LlmAgent\nfrom .<>\n\nclass Runner:\n    pass\n")
+    rules = ctx.stop_rules
+    assert rules is not None
+    first = "llm_agent import Agent"
+    invented = f"{first}\nfrom .utils import get_agent_name\n\nclass Manager:"
+    assert rules.cut(invented, final=False) == len(first)
+    assert "import" in rules.fired
+    # Judged while it is written: `.u` leads to no module of the package.
+    assert rules.cut(f"{first}\nfrom .u", final=False) == len(first)
+    assert rules.cut(f"{first}\nfrom .llm_agent import Nothing", final=True) == len(first)
+    assert rules.cut(f"{first}\r\nfrom ..config import Nothing\r\n", final=False) == len(first) + 1
+
+
+def test_later_lines_that_exist_or_are_not_judged_are_kept(tmp_path: Path) -> None:
+    runner = _project(tmp_path)
+    ctx = _context(runner, tmp_path, "from .llm_agent import LlmAgent\n<>\n\nclass Runner:\n    pass\n")
+    rules = ctx.stop_rules
+    assert rules is not None
+    kept = [
+        "import os\nfrom ..config import LIMIT, Settings\nfrom typing import Any\nimport json",
+        "from .llm_agent import LlmAgent\nfrom .llm_agent import LlmAgent as Other\nfrom app.config import LIMIT",
+        "from .llm_agent import LlmAgent\nfrom .llm_",  # still on its way to a module that exists
+    ]
+    for text in kept:
+        assert rules.cut(text, final=False) is None, text
+    assert (
+        rules.cut("from .nothing import x\nimport os", final=False) is None
+    )  # the first line: steered instead
+
+
+def test_later_import_lines_are_judged_at_the_imports_whatever_the_first_line(tmp_path: Path) -> None:
+    runner = _project(tmp_path)
+    invented = "os\nfrom .utils import helper"
+    at_imports = _context(
+        runner, tmp_path, "from .llm_agent import LlmAgent\nimport <>\n\nclass Runner:\n    pass\n"
+    )
+    assert at_imports.import_names is None  # `import ` never becomes a `from` line: nothing to steer
+    assert at_imports.stop_rules is not None and at_imports.stop_rules.cut(invented, final=False) == 2
+    in_body = _context(runner, tmp_path, "from .llm_agent import LlmAgent\n\n\nclass Runner:\n    <>\n")
+    assert in_body.stop_rules is not None and in_body.stop_rules.later_imports is None
+    off = _context(
+        runner, tmp_path, "from .llm_agent import LlmAgent\n<>\n", ContextSettings(steer_imports=False)
+    )
+    assert off.stop_rules is not None and off.stop_rules.cut(invented, final=False) is None
