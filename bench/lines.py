@@ -47,6 +47,7 @@ from bench.prompts import held_out_files
 GOALS = {"non_empty": 0.95, "indentation_ok": 1.0, "marker_text": 0.0, "exact_first_line": 0.30}
 MIN_LINES = 20  # shorter files give too little context
 SKIPPED_PREFIXES = ("#", "@")  # comment and decorator lines: not what a new line after Enter usually holds
+IMPORT_PREFIXES = ("from ", "import ")  # --import-lines: the line starts where import steering applies
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,8 @@ class LinesConfig:
     # Server settings by their names (`contextTokens`, `suffixTokens`), applied as a client's are; empty: the
     # server's defaults.
     setting_overrides: dict[str, Any] = field(default_factory=dict)
+    # Only line starts at import lines (`from`/`import` at a line's start): where import steering applies.
+    import_lines: bool = False
 
 
 KEEP_SAVED = 0.8  # the calibrated gate may give up at most a fifth of the characters saved without it
@@ -104,16 +107,21 @@ class Outcome:
     first_line_confidence: float | None = None  # lowest token probability of the first line (None: unknown)
 
 
-def line_positions(files: Sequence[tuple[str, str]], count: int, per_file: int = 2) -> list[LinePosition]:
-    """Up to `count` positions, at most `per_file` per file, at code lines spread evenly through each file;
-    when there are more, `count` of them spread evenly over all the files (in the order given)."""
-    every = _all_line_positions(files, per_file)
+def line_positions(
+    files: Sequence[tuple[str, str]], count: int, per_file: int = 2, import_lines: bool = False
+) -> list[LinePosition]:
+    """Up to `count` positions, at most `per_file` per file, at code lines (`import_lines`: import lines) spread
+    evenly through each file; when there are more, `count` of them spread evenly over all the files (in the
+    order given)."""
+    every = _all_line_positions(files, per_file, import_lines)
     if len(every) <= count:
         return every
     return [every[(index * len(every)) // count] for index in range(count)]
 
 
-def _all_line_positions(files: Sequence[tuple[str, str]], per_file: int) -> list[LinePosition]:
+def _all_line_positions(
+    files: Sequence[tuple[str, str]], per_file: int, import_lines: bool = False
+) -> list[LinePosition]:
     positions: list[LinePosition] = []
     for relative, text in files:
         lines = text.split("\n")
@@ -122,7 +130,9 @@ def _all_line_positions(files: Sequence[tuple[str, str]], per_file: int) -> list
         code = [
             i
             for i, line in enumerate(lines)
-            if line.strip() and not line.strip().startswith(SKIPPED_PREFIXES)
+            if line.strip()
+            and not line.strip().startswith(SKIPPED_PREFIXES)
+            and (not import_lines or line.startswith(IMPORT_PREFIXES))
         ]
         picks = sorted({code[int(len(code) * (k + 0.5) / per_file)] for k in range(per_file)}) if code else []
         for index in picks:
@@ -454,12 +464,14 @@ def describe_code(config: LinesConfig) -> str:
         parts.append("each folder's parent as the client's workspace folder")
     if config.imported_files:
         parts.append("each file's imports read from its project on disk")
+    if config.import_lines:
+        parts.append("line starts at import lines only")
     return "; ".join(parts)
 
 
 def run_lines(config: LinesConfig) -> dict[str, Any]:
     files = files_to_score(config.folders, config.stdlib)
-    positions = line_positions(files, config.positions, config.per_file)
+    positions = line_positions(files, config.positions, config.per_file, config.import_lines)
     if not positions:
         raise RuntimeError("no line-start positions found (is the standard library readable?)")
     models = [score_model(target, draft, positions, config) for target, draft in config.models]
@@ -690,6 +702,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "linesBelowTokens; default: the model's measured number, 320 for the Qwen2.5-Coder 1.5B, else 0)",
     )
     parser.add_argument(
+        "--import-lines",
+        action="store_true",
+        help="only line starts at import lines (`from`/`import` at a line's start), where import steering "
+        "applies",
+    )
+    parser.add_argument(
         "--first-line",
         action="store_true",
         help="stop each suggestion after its first line (all that exact next line and the gate read; faster)",
@@ -726,6 +744,7 @@ def command(args: argparse.Namespace) -> int:
         stdlib=not args.no_stdlib,
         first_line_only=args.first_line,
         imported_files=args.imported_files,
+        import_lines=args.import_lines,
         setting_overrides=overrides,
         **scoring,
     )

@@ -41,6 +41,15 @@ def test_positions_are_line_starts_after_the_indentation_with_the_rest_of_the_li
     assert line_positions([("short.py", "x = 1\n")], count=5) == []
 
 
+def test_import_lines_only_picks_the_line_starts_of_import_lines() -> None:
+    lines = ["import os", "from .m import a", "    from .n import b", "", "x = 1", *["y = 2"] * 20]
+    picked = line_positions([("m.py", "\n".join(lines))], count=5, per_file=3, import_lines=True)
+    assert [p.removed for p in picked] == [
+        "import os",
+        "from .m import a",
+    ]  # an indented one is not among the imports
+
+
 def test_edit_similarity_is_one_for_equal_lines_and_lower_otherwise() -> None:
     assert edit_similarity("return a + b", "return a + b") == 1.0
     assert 0 < edit_similarity("return a + b", "return a - b") < 1

@@ -22,7 +22,7 @@ def test_from_lines_are_judged_against_the_folders_the_run_read(tmp_path: Path) 
         "models": [
             {
                 "outcomes": [
-                    _outcome("pkg/main.py:1", "from .agent import LlmAgent\nmore"),
+                    _outcome("pkg/main.py:1", "from .agent import LlmAgent\nmore\nfrom .agent import Nope"),
                     _outcome("pkg/main.py:1", "from .agent import LLMAgent"),
                     _outcome("pkg/main.py:1", "from .agents import LlmAgent"),
                     _outcome("pkg/main.py:1", "from typing import Anything"),  # not the workspace's
@@ -32,9 +32,11 @@ def test_from_lines_are_judged_against_the_folders_the_run_read(tmp_path: Path) 
             }
         ],
     }
-    judged, lacking = judge_result(result)
-    assert judged == 3
-    assert lacking == [
+    first, later = judge_result(result)
+    assert first.judged == 3
+    assert first.lacking == [
         ("pkg/main.py:1", "from .agent import LLMAgent"),
         ("pkg/main.py:1", "from .agents import LlmAgent"),
     ]
+    assert later.judged == 1
+    assert later.lacking == [("pkg/main.py:1", "from .agent import Nope")]
