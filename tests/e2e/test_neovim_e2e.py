@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from engine.catalog import is_pulled
 from tests.e2e import neovim_support
 from tests.e2e.neovim_support import PLUGIN, REPO, SYSTEM_NVIM, nvim_0_12, nvim_version
 
@@ -145,6 +146,58 @@ def test_at_the_imports_the_workspace_says_where_a_used_name_is_defined(tmp_path
     )
     assert result["ghost"]["text"] == "rom matrices import scale_rows"
     assert result["lines"][:2] == ["import os", "from matrices import scale_rows"]
+    assert result["stats"]["accepted"] == 1
+
+
+# The missing import with the default model: app/agents.py defines LlmAgent, the file calls it without importing
+# it, and the user types `from app.` under its imports. Pinned to fp32 so the text is the same on every CPU, and
+# without the definitions in the prompt (importDefinitions), so steering alone names the module: unsteered, the
+# 0.5B wrote `from app.actors import LlmAgent` here (fp32, an AVX512 Xeon).
+AGENTS = "class LlmAgent:\n    def __init__(self, name):\n        self.name = name\n\n    def run(self):\n        return 1\n"
+USES_AGENT = '"""Runs the agent."""\n\nimport os\n\n\ndef main():\n    agent = LlmAgent(os.environ["NAME"])\n    agent.run()\n'
+
+
+@pytest.mark.skipif(not is_pulled("qwen2.5-coder-0.5b"), reason="not pulled: specls pull qwen2.5-coder-0.5b")
+@pytest.mark.parametrize("steer", [True, False])
+def test_the_missing_import_is_suggested_and_lands_through_real_neovim(tmp_path: Path, steer: bool) -> None:
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__init__.py").write_text("")
+    (tmp_path / "app" / "agents.py").write_text(AGENTS)
+    settings = {
+        "backend": "local",
+        "target": "qwen2.5-coder-0.5b",
+        "draft": "none",
+        "device": "cpu",
+        "dtype": "fp32",
+        "warm": False,
+        "partialAfterMs": 0,  # the first line whole, not a part of it
+        "minFirstLineProbability": 0,  # whatever the model is sure of: the control run must show something
+        "importDefinitions": False,
+        "steerImports": steer,
+    }
+    result = neovim_support.run_driver(
+        nvim_0_12(),
+        DRIVER,
+        tmp_path,
+        cwd=tmp_path,
+        env={
+            "SPECLS_E2E_LINE": "3",
+            "SPECLS_E2E_USE_BUILTIN": "false",
+            "SPECLS_E2E_GHOST_TIMEOUT_MS": "60000",
+        },
+        settings=settings,
+        file_text=USES_AGENT,
+        typed="from app.",
+        key_delay_ms=120,
+        timeout_s=240,
+    )
+    steered_rows = result["stats"]["engine_totals"]["steered_import_rows"]
+    if not steer:
+        assert steered_rows == 0
+        return
+    assert steered_rows > 0
+    assert result["ghost"]["text"].split("\n")[0] == "agents import LlmAgent"
+    assert result["lines"][3] == "from app.agents import LlmAgent"
     assert result["stats"]["accepted"] == 1
 
 
