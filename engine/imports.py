@@ -95,6 +95,9 @@ def wanted_import_fits(line: str, names: ImportNames, ended: bool) -> bool:
         return clause
     if "  " in clause or any(mark in clause for mark in "*(\\"):  # a name at once, spelled plainly
         return False
+    items = clause.split(",")
+    if len(items) > 1 and not items[-1].strip() and bound <= _complete_names(items[:-1]):
+        return False  # a comma with no missing name left to follow it: the line ends here instead
     return _clause_fits(clause, bound, ended)
 
 
@@ -186,8 +189,11 @@ def _clause_fits(clause: str, bound: frozenset[str], ended: bool) -> bool:
     items = body.split(",")
     if ended and not opened and continued == -1 and not items[-1].strip():  # `import a,` ends no statement
         return False
+    named: set[str] = set()  # a name imported twice in one line is a model repeating itself
     for index, item in enumerate(items):
         closed = ")" in item
+        if closed and (not opened or index != len(items) - 1 or item[item.index(")") + 1 :].strip()):
+            return False  # `)` closes only the `(` after `import`, and ends the names
         words = item.replace(")", " ").split()
         if not words:
             continue
@@ -197,14 +203,18 @@ def _clause_fits(clause: str, bound: frozenset[str], ended: bool) -> bool:
         open_end = index == len(items) - 1 and not ended and not closed and not item[-1:].isspace()
         if not name.isidentifier() or not _alias_fits(words[1:], open_end):
             return False
-        if ANY_NAME in bound:
-            continue
         if open_end and len(words) == 1:  # the name is still being spelled
-            if not any(known.startswith(name) for known in bound):
+            if ANY_NAME not in bound and not any(k.startswith(name) and k not in named for k in bound):
                 return False
-        elif name not in bound:
+        elif name in named or (ANY_NAME not in bound and name not in bound):
             return False
+        named.add(name)
     return True
+
+
+def _complete_names(items: Iterable[str]) -> set[str]:
+    """The names that `items` (a clause's parts between commas, each complete) import."""
+    return {words[0] for item in items if (words := item.replace(")", " ").split())}
 
 
 def _alias_fits(words: list[str], open_end: bool) -> bool:

@@ -70,6 +70,13 @@ NAMES = ImportNames(
         ("from .llm_agent import LLM \\", False, False),  # but those before it are complete
         ("from .llm_agent import LLM ", False, False),  # a space ends the name
         ("from .llm_agent import  LlmAgent", True, False),  # spelled plainly
+        ("from .llm_agent import LlmAgent, LlmAgent", True, False),  # a name twice: a model repeating itself
+        ("from .llm_agent import LlmAgent, Ll", False, False),  # nothing else begins so
+        ("from .llm_agent import Agent, Ll", False, True),
+        ("from .llm_agent import (LlmAgent, Agent)", True, True),
+        ("from .llm_agent import LlmAgent)", False, False),  # `)` closes only a `(`
+        ("from .llm_agent import (LlmAgent) x", False, False),  # and ends the names
+        ("from .llm_agent import )", False, False),
         # Not judged: the standard library, installed packages, deeper relative imports, other lines.
         ("from typing import Anything", True, True),
         ("from pk", False, True),
@@ -251,6 +258,13 @@ WANTED = ImportNames(
         ("from pathlib import *", True, False),
         ("from .llm_agent import \\", False, False),
         ("from .llm_agent import (LlmAgent", False, False),
+        # A comma with no missing name left to follow it: the line ends instead (a repeated name was the
+        # only one that fit, and the repetition rule cut the line at the comma).
+        ("from .llm_agent import LlmAgent,", False, False),
+        ("from .llm_agent import LlmAgent, ", False, False),
+        ("from pathlib import Path,", False, False),
+        ("from pathlib import Path, Path", True, False),
+        ("from typing import )", False, False),
         ("x = 1", True, True),  # other lines are not judged
     ],
 )
@@ -384,3 +398,10 @@ def test_later_import_lines_are_judged_at_the_imports_whatever_the_first_line(tm
         runner, tmp_path, "from .llm_agent import LlmAgent\n<>\n", ContextSettings(steer_imports=False)
     )
     assert off.stop_rules is not None and off.stop_rules.cut(invented, final=False) is None
+
+
+def test_a_comma_fits_while_a_missing_name_is_left_for_it() -> None:
+    two = ImportNames("", NAMES.modules, 1, wanted={".llm_agent": frozenset({"LlmAgent", "Agent"})})
+    assert wanted_import_fits("from .llm_agent import LlmAgent,", two, ended=False)
+    assert wanted_import_fits("from .llm_agent import LlmAgent, Ag", two, ended=False)
+    assert not wanted_import_fits("from .llm_agent import LlmAgent, Agent,", two, ended=False)
