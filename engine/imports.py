@@ -30,9 +30,8 @@ from typing import TYPE_CHECKING
 
 from engine.api import ANY_NAME, ImportNames, may_become_from_import
 
-if (
-    TYPE_CHECKING
-):  # the line rules are pure; the stop rules (`lsp_server.context.stops`) use them without torch
+# The line rules are pure: the stop rules (`lsp_server.context.stops`) use them without loading torch.
+if TYPE_CHECKING:
     import torch
 
     from engine.healing import TokenTexts
