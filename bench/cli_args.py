@@ -65,6 +65,7 @@ def print_paths(paths: list[Path]) -> int:
 def add_scoring_arguments(parser: argparse.ArgumentParser) -> None:
     """What the scoring benchmarks (`lines`, `infill`) share: the models scored, their prompt shapes, and
     where the results go."""
+    from engine.hardware import TARGET_QUANTIZATIONS
     from lsp_server.context.builder import PROMPT_SHAPES
 
     parser.add_argument(
@@ -90,6 +91,14 @@ def add_scoring_arguments(parser: argparse.ArgumentParser) -> None:
         help="prompt shape to score (repeatable; default: auto, the model's measured one)",
     )
     parser.add_argument("--dtype", choices=("auto", "fp32", "bf16"), default="auto")
+    parser.add_argument(
+        "--quantize",
+        dest="quantization",
+        choices=TARGET_QUANTIZATIONS,
+        default="auto",
+        help="the target's projections, as `specls serve --quantize` (default: auto, what the server serves: "
+        "w8a8 on a CPU without native bf16)",
+    )
     parser.add_argument("--device", default="cpu", help="cpu, cuda, ... (default: cpu)")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: one for small models)")
     add_output_arguments(parser, quiet=False)
@@ -112,6 +121,7 @@ def scoring_fields(args: argparse.Namespace) -> dict[str, Any] | None:
         "models": tuple(zip(targets, drafts, strict=True)),
         "device": args.device,
         "dtype": args.dtype,
+        "quantization": args.quantization,
         "threads": args.threads,
         "out": args.out,
         "tag": results_tag(args),

@@ -38,7 +38,15 @@ from typing import Any
 
 from bench.cli_args import add_scoring_arguments, positive, print_paths, scoring_fields
 from bench.lines import describe_cpu, server_settings, suggest
-from bench.metrics import code_cell, markdown_table, median, model_name, percent, write_result_files
+from bench.metrics import (
+    code_cell,
+    markdown_table,
+    median,
+    model_name,
+    percent,
+    precision_name,
+    write_result_files,
+)
 
 DATA_DIR = Path(__file__).resolve().parent / "data" / "humaneval-infilling"
 SETS = {
@@ -89,6 +97,7 @@ class InfillConfig:
     prompt_shapes: tuple[str, ...] = ("auto",)
     device: str = "cpu"
     dtype: str = "auto"
+    quantization: str = "auto"  # the target's projections, as `specls serve --quantize` takes them
     threads: int | None = None
     out: Path = Path("bench/results")
     tag: str = "cpu"
@@ -170,7 +179,7 @@ def score_model(
     from lsp_server.context.builder import choose_template
 
     pair = load_pair(target, draft, config.device, config.dtype, num_threads=config.threads)
-    engine = LocalEngine(pair=pair)
+    engine = LocalEngine(pair=pair, quantization=config.quantization)
     info = engine.info()
     single = config.task_set == "single-line"
     # The single-line set scores the first line only, so the suggestion stops there (the same first line).
@@ -202,6 +211,8 @@ def score_model(
         "target": describe_model(pair.target_source),
         "draft": describe_model(pair.draft_source) if pair.draft_source is not None else None,
         "dtype": str(pair.dtype).removeprefix("torch."),
+        "runtime": engine.runtime.describe(),
+        "weights": engine.runtime.weights,  # what the matmuls read: "fp32 + w8a8 weights", "bf16", ...
         "template": choose_template(info, prompt_shape).name,
         "prompt_shape": prompt_shape if prompt_shape != "auto" else info.prompt_shape,
         "summary": {
@@ -229,7 +240,7 @@ def run_infill(config: InfillConfig) -> dict[str, Any]:
 
 
 def model_label(model: dict[str, Any]) -> str:
-    return f"{model_name(model)} ({model['dtype']}, {model['template']})"
+    return f"{model_name(model)} ({precision_name(model)}, {model['template']})"
 
 
 def markdown_report(result: dict[str, Any]) -> str:

@@ -40,7 +40,15 @@ from pathlib import Path
 from typing import Any
 
 from bench.cli_args import add_scoring_arguments, non_negative, positive, print_paths, scoring_fields
-from bench.metrics import code_cell, markdown_table, median, model_name, percent, write_result_files
+from bench.metrics import (
+    code_cell,
+    markdown_table,
+    median,
+    model_name,
+    percent,
+    precision_name,
+    write_result_files,
+)
 from bench.prompts import held_out_files
 
 # Goals on a real model (issue: suggestions at line starts).
@@ -66,6 +74,7 @@ class LinesConfig:
     folders: tuple[Path, ...] = ()
     device: str = "cpu"
     dtype: str = "auto"
+    quantization: str = "auto"  # the target's projections, as `specls serve --quantize` takes them
     threads: int | None = None
     out: Path = Path("bench/results")
     tag: str = "cpu"
@@ -251,7 +260,7 @@ def score_model(
     from lsp_server.context.workspace import WorkspaceFiles
 
     pair = load_pair(target, draft, config.device, config.dtype, num_threads=config.threads)
-    engine = LocalEngine(pair=pair)
+    engine = LocalEngine(pair=pair, quantization=config.quantization)
     info = engine.info()
     settings = server_settings(
         config.prompt_shape,
@@ -300,6 +309,8 @@ def score_model(
         "target": describe_model(pair.target_source),
         "draft": describe_model(pair.draft_source) if pair.draft_source is not None else None,
         "dtype": str(pair.dtype).removeprefix("torch."),
+        "runtime": engine.runtime.describe(),
+        "weights": engine.runtime.weights,  # what the matmuls read: "fp32 + w8a8 weights", "bf16", ...
         "prompt": settings.context.prompt_shape
         if settings.context.prompt_shape != "auto"
         else info.prompt_shape,
@@ -513,7 +524,7 @@ def markdown_report(result: dict[str, Any]) -> str:
         s = model["summary"]
         rows.append(
             [
-                f"{model_name(model)} ({model['dtype']}, {model.get('template', '?')}"
+                f"{model_name(model)} ({precision_name(model)}, {model.get('template', '?')}"
                 f"{describe_prompt_size(model)})",
                 s["positions"],
                 percent(s["non_empty"]),

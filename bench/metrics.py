@@ -93,6 +93,12 @@ def model_name(model: dict[str, Any]) -> str:
     return "bundled" if location == "bundled" else Path(location).name
 
 
+def precision_name(model: dict[str, Any]) -> str:
+    """What a scored model's matmuls read ("fp32 + w8a8 weights", "bf16"); results written before the
+    runtime was recorded name only the dtype their weights were loaded in."""
+    return str(model.get("weights") or model["dtype"])
+
+
 def write_result_files(
     stem: Path,
     result: dict[str, Any],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,21 @@ def test_lines_smoke_writes_json_markdown_and_png(tiny_pair: tuple[Path, Path], 
     assert json.loads(paths[0].read_text())["models"][0]["summary"]["positions"] >= 2
     report = paths[1].read_text()
     assert "exact next line" in report and "precision (exact among shown)" in report
+    # the table names what the matmuls read, as the server ran them
+    assert model["runtime"].startswith(("lean", "transformers")) and f"({model['weights']}," in report
+
+
+def test_lines_scores_the_quantization_it_is_given(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
+    folder = tmp_path / "code"
+    folder.mkdir()
+    (folder / "a.py").write_text("\n".join(f"def f{i}(a):\n    return a + {i}\n" for i in range(4)))
+    config = LinesConfig(
+        models=((str(tiny_pair[0]), "none"),), positions=2, per_file=1, folders=(folder,), threads=1
+    )
+    as_served = run_lines(config)["models"][0]
+    quantized = run_lines(replace(config, quantization="int8"))["models"][0]
+    # a tiny model's step is overhead-bound: auto leaves its weights as loaded; int8 is what was asked for
+    assert as_served["weights"] == "fp32" and quantized["weights"] == "fp32 + int8 weights"
 
 
 def test_a_missing_plotting_package_skips_the_picture_with_a_note(
