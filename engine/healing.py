@@ -85,6 +85,10 @@ class TokenTexts:
         texts = [text[len(reference_text) :] if text.startswith(reference_text) else "" for text in decoded]
         return cls(texts, excluded_ids=tokenizer.all_special_ids)
 
+    def is_special(self, token_id: int) -> bool:
+        """A special token (the end of text, a FIM marker): it never spells code."""
+        return token_id in self._excluded
+
     def has_text(self, text: str) -> bool:
         return text in self._ids_by_text
 

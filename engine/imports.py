@@ -51,14 +51,15 @@ LineRule = Callable[[str, ImportNames, bool], bool]  # (line so far, what it may
 def import_line_fits(line: str, names: ImportNames, ended: bool) -> bool:
     """Whether `line` (the cursor's line as written so far; `ended`: its line break came) can still become a
     `from` import of a module in `names.modules` naming only what that module binds (each name followed by
-    nothing, `as alias`, a comma, a comment or a line continuation). Lines it does not judge fit: not a `from`
-    import, or a module outside what was enumerated."""
+    nothing, `as alias`, a comma, a comment or a line continuation). A line that is not a `from` import fits;
+    one from a module outside what was enumerated (the standard library, installed packages) is held only to
+    the statement's form: `from typing import` ends no statement, whatever `typing` binds."""
     match = _FROM.fullmatch(line)
     if match is None:
         return True
     module, rest = match["module"], match["rest"]
     if not _judged(module, names):
-        return True
+        return _statement_form_fits(rest, ended)
     if not rest and not ended:  # the module is being spelled
         return any(known.startswith(module) for known in names.modules)
     if module not in names.modules:
@@ -95,9 +96,22 @@ def wanted_import_fits(line: str, names: ImportNames, ended: bool) -> bool:
     if "  " in clause or any(mark in clause for mark in "*(\\"):  # a name at once, spelled plainly
         return False
     items = clause.split(",")
+    if items[-1] and not items[-1].strip():  # the token that brings a name's space begins it: ` copy`, never
+        return False  # ` ` then `copy` (after a lone space the model is off its own spelling)
     if len(items) > 1 and not items[-1].strip() and bound <= _complete_names(items[:-1]):
         return False  # a comma with no missing name left to follow it: the line ends here instead
     return _clause_fits(clause, bound, ended)
+
+
+def _statement_form_fits(rest: str, ended: bool) -> bool:
+    """Whether `rest` (what follows a `from` line's module, the module not judged) can still be, or is, a
+    statement's `import` and names, any names."""
+    if not rest and not ended:  # the module is being spelled
+        return True
+    clause = _names_clause(rest, ended)
+    if isinstance(clause, bool):
+        return clause
+    return _clause_fits(clause, frozenset({ANY_NAME}), ended)
 
 
 def _names_clause(rest: str, ended: bool) -> str | bool:
@@ -298,16 +312,14 @@ class ImportLineConstraint:
         candidates = row.float().topk(min(STEERED_CANDIDATES, row.shape[-1])).indices.tolist()
         vocab = row.shape[-1]  # the tokenizer may know ids the model's head lacks
         if self.names.wanted or self.names.wanted_elsewhere:
-            wanted = [
-                token for token in candidates if self._fits(line, self._text(token), wanted_import_fits)
-            ]
+            wanted = [token for token in candidates if self._fits(line, token, wanted_import_fits)]
             if wanted and len(wanted) < len(candidates):
                 return wanted
             if not wanted:  # a line already importing from where a missing name is goes on to that name
                 spelled = self._spelling(wanted_endings(line, self.names), line, vocab, wanted_import_fits)
                 if spelled:
                     return spelled
-        fitting = [token for token in candidates if self._fits(line, self._text(token))]
+        fitting = [token for token in candidates if self._fits(line, token)]
         if len(fitting) == len(candidates):
             return None
         if not fitting:
@@ -322,10 +334,13 @@ class ImportLineConstraint:
                 spelling.update(self.token_texts.allowed_ids(ending).tolist())
             except ValueError:  # no token spells it (a letter the vocabulary lacks)
                 continue
-        return sorted(t for t in spelling if t < vocab and self._fits(line, self._text(t), fits))
+        return sorted(t for t in spelling if t < vocab and self._fits(line, t, fits))
 
-    def _fits(self, line: str, token_text: str, fits: LineRule = import_line_fits) -> bool:
-        if not token_text:  # a special token (the end of text) or a byte fragment: not this rule's business
+    def _fits(self, line: str, token_id: int, fits: LineRule = import_line_fits) -> bool:
+        if self.token_texts.is_special(token_id):  # the end of text (or a marker) ends the line as it is
+            return fits(line, self.names, True)
+        token_text = self._text(token_id)
+        if not token_text:  # an id the tokenizer does not know: not this rule's business
             return True
         breaks = [at for at in (token_text.find("\n"), token_text.find("\r")) if at != -1]
         if breaks:

@@ -77,11 +77,24 @@ NAMES = ImportNames(
         ("from .llm_agent import LlmAgent)", False, False),  # `)` closes only a `(`
         ("from .llm_agent import (LlmAgent) x", False, False),  # and ends the names
         ("from .llm_agent import )", False, False),
-        # Not judged: the standard library, installed packages, deeper relative imports, other lines.
+        # Not judged: the standard library, installed packages, deeper relative imports, other lines. Their
+        # names may be anything, but the line must still be able to be a statement.
         ("from typing import Anything", True, True),
         ("from pk", False, True),
         ("from ..elsewhere import anything", True, True),
         ("x = 1", True, True),
+        ("from typing import", True, False),  # the model ended the line (or the text) at `import`
+        ("from typing import ", True, False),
+        ("from typing", True, False),
+        ("from ..elsewhere import", True, False),
+        ("from typing import Any,", True, False),
+        ("from typing import (Any,", True, True),
+        ("from typing import *", True, True),
+        ("from typing import Any as A, Dict  # why", True, True),
+        ("from typing import Any Dict", False, False),
+        ("from typing import Any, Any", True, False),
+        ("from typing imp", False, True),
+        ("from typing import ", False, True),
     ],
 )
 def test_which_lines_fit(line: str, ended: bool, fits: bool) -> None:
@@ -266,10 +279,23 @@ WANTED = ImportNames(
         ("from pathlib import Path, Path", True, False),
         ("from typing import )", False, False),
         ("x = 1", True, True),  # other lines are not judged
+        # The name begins with the token that brings its space: after a lone space the model is off its
+        # own spelling and ended the text there (`from typing import ` where the file used `copy`).
+        ("from pathlib import ", False, False),
+        ("from .llm_agent import ", False, False),
+        ("from pathlib import", True, False),
     ],
 )
 def test_which_lines_import_what_the_file_is_missing(line: str, ended: bool, fits: bool) -> None:
     assert wanted_import_fits(line, WANTED, ended) is fits
+
+
+def test_a_name_after_a_comma_begins_with_its_space() -> None:
+    two = ImportNames("", {}, 0, wanted_elsewhere=frozenset({"AsyncGenerator", "Iterator"}))
+    assert wanted_import_fits("from collections.abc import AsyncGenerator,", two, ended=False)
+    assert wanted_import_fits("from collections.abc import AsyncGenerator, It", two, ended=False)
+    # a lone space, then the model wrote `contextmanager` after two spaces
+    assert not wanted_import_fits("from collections.abc import AsyncGenerator, ", two, ended=False)
 
 
 def test_nothing_wanted_from_elsewhere_keeps_a_line_in_the_workspace() -> None:
@@ -405,3 +431,25 @@ def test_a_comma_fits_while_a_missing_name_is_left_for_it() -> None:
     assert wanted_import_fits("from .llm_agent import LlmAgent,", two, ended=False)
     assert wanted_import_fits("from .llm_agent import LlmAgent, Ag", two, ended=False)
     assert not wanted_import_fits("from .llm_agent import LlmAgent, Agent,", two, ended=False)
+
+
+def test_a_line_is_not_steered_into_ending_at_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The file uses `copy` (a module: `import copy`) and binds it nowhere; the model began `from typing import`.
+    monkeypatch.setattr("engine.imports.STEERED_CANDIDATES", 3)
+    texts = [" ", " Any", "<|endoftext|>", " copy", "Any"]
+    end = texts.index("<|endoftext|>")
+    names = ImportNames("from typing import", {}, 0, wanted_elsewhere=frozenset({"copy"}))
+    constraint = ImportLineConstraint(names, TokenTexts(texts, excluded_ids=[end]))
+    # None of the three best tokens imports `copy`: a lone space is no way there, so the model's own choice
+    # stands, less the end of text, which would leave the line at `import`.
+    logits = torch.tensor([[4.0, 5.0, 3.0, -9.0, -9.0]])
+    steered = constraint.constrain(logits)
+    assert int(steered.argmax()) == texts.index(" Any") and steered[0, end] == float("-inf")
+    assert torch.isfinite(steered[0, : texts.index(" Any") + 1]).all()
+    # Where the line already has its space, the end of text does not fit either; a name does.
+    constraint.advance([texts.index(" ")])
+    steered = constraint.constrain(torch.tensor([[0.0, -1.0, 5.0, -9.0, 1.0]]))
+    assert int(steered.argmax()) == texts.index("Any")
+    # A line with a name may end with the text.
+    done = ImportLineConstraint(ImportNames("from typing import Any", {}, 0), TokenTexts(texts, [end]))
+    assert int(done.constrain(torch.tensor([[0.0, 1.0, 5.0, -9.0, 0.0]])).argmax()) == end
