@@ -128,13 +128,17 @@ class ImportNames:
     `wanted` and `wanted_elsewhere` are the names the file uses but does not bind yet (the missing import):
     `wanted` maps each module spelling to those of them it binds, for names some other file of the workspace
     defines; `wanted_elsewhere` holds those none does (the standard library's, an installed package's). Where
-    either is non-empty, a `from` line is steered first to importing one of them, then as above."""
+    either is non-empty, a `from` line is steered first to importing one of them, then as above.
+    `wanted_modules` holds the standard library's modules the file uses whole and does not import
+    (`copy.deepcopy(x)` without `import copy`): where it is non-empty, a line at the imports is steered first to
+    `import` one of them, or to a `from` line as above."""
 
     line_start: str  # the cursor's line before the cursor, already typed
     modules: Mapping[str, frozenset[str]]
     relative_depth: int = 1
     wanted: Mapping[str, frozenset[str]] = field(default_factory=dict)
     wanted_elsewhere: frozenset[str] = frozenset()
+    wanted_modules: frozenset[str] = frozenset()
 
 
 ANY_NAME = "*"  # in `ImportNames.modules`: the module's names are open
@@ -144,6 +148,12 @@ def may_become_from_import(line: str) -> bool:
     """Whether a line written so far may still turn into a `from` import (where `ImportNames` applies)."""
     stripped = line.lstrip(" \t")
     return stripped.startswith("from") or "from".startswith(stripped)
+
+
+def may_become_import(line: str) -> bool:
+    """Whether a line written so far may still turn into an `import M` statement."""
+    stripped = line.lstrip(" \t")
+    return stripped.startswith("import") or "import".startswith(stripped)
 
 
 @dataclass

@@ -28,7 +28,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from engine.api import ANY_NAME, ImportNames, may_become_from_import
+from engine.api import ANY_NAME, ImportNames, may_become_from_import, may_become_import
 
 # The line rules are pure: the stop rules (`lsp_server.context.stops`) use them without loading torch.
 if TYPE_CHECKING:
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 STEERED_CANDIDATES = 64
 
 _FROM = re.compile(r"[ \t]*from(?P<gap>[ \t]+)(?P<module>[\w.]*)(?P<rest>.*)", re.DOTALL)
+_IMPORT_LINE = re.compile(r"[ \t]*import(?P<clause>.*)", re.DOTALL)
 _IMPORT_KEYWORD = re.compile(r"(?P<gap>[ \t]+)(?P<keyword>\w*)(?P<clause>.*)", re.DOTALL)
 _WORD_AT_END = re.compile(r"\w+$")
 _STATEMENT_END = re.compile(r"[#;]")  # a comment or a second statement: the names before it are complete
@@ -73,7 +74,13 @@ def import_line_fits(line: str, names: ImportNames, ended: bool) -> bool:
 def wanted_import_fits(line: str, names: ImportNames, ended: bool) -> bool:
     """Whether `line` can still become a `from` import of a name the file uses but does not bind
     (`ImportNames.wanted`: from a module of the workspace that binds it; `wanted_elsewhere`: from a module the
-    server did not enumerate). Lines that are not `from` imports are not judged."""
+    server did not enumerate), or, where the file uses a standard module whole (`ImportNames.wanted_modules`),
+    an `import` of one of them. Other lines are not judged, unless such a module is wanted: then they are no
+    way there."""
+    if names.wanted_modules:
+        whole = _whole_module_fits(line, names, ended)
+        if whole is not None:
+            return whole
     match = _FROM.fullmatch(line)
     if match is None:
         return True
@@ -114,6 +121,25 @@ def _statement_form_fits(rest: str, ended: bool) -> bool:
     return _clause_fits(clause, frozenset({ANY_NAME}), ended)
 
 
+def _whole_module_fits(line: str, names: ImportNames, ended: bool) -> bool | None:
+    """Where the file uses a standard module whole: whether `line` can still become `import` of one of them, or
+    begin a `from` line while other names are missing; None for a `from` line (the `from` rules judge it)."""
+    if _FROM.fullmatch(line) is not None:
+        return None
+    word = line.lstrip(" \t")
+    if not ended and word and "from".startswith(word):
+        return bool(names.wanted or names.wanted_elsewhere)
+    if not ended and "import".startswith(word):
+        return True
+    statement = _IMPORT_LINE.fullmatch(line)
+    if statement is None:
+        return False  # a blank line or another statement, where an import is missing
+    clause = statement["clause"]
+    if clause[:1] not in (" ", "\t") or not clause.strip():  # `importx`; a lone space (see the `from` rule)
+        return False
+    return _clause_fits(clause, names.wanted_modules, ended)
+
+
 def _names_clause(rest: str, ended: bool) -> str | bool:
     """The part after `import` in `rest` (what follows a `from` line's module), once the keyword is there;
     before that, whether the line can still reach it (`from .x` alone is no statement)."""
@@ -131,7 +157,19 @@ def _names_clause(rest: str, ended: bool) -> str | bool:
 
 def wanted_endings(line: str, names: ImportNames) -> list[str]:
     """What would finish importing a name the file is missing, once `line` imports from a module of the
-    workspace that binds one (`ImportNames.wanted`): the rest of each such name after what is spelled."""
+    workspace that binds one (`ImportNames.wanted`), or once it is an `import` line while a standard module is
+    wanted whole (`ImportNames.wanted_modules`): the rest of each such name after what is spelled."""
+    statement = _IMPORT_LINE.fullmatch(line)
+    if statement is not None and names.wanted_modules:
+        clause = statement["clause"]
+        if not clause:
+            return [" " + module for module in sorted(names.wanted_modules)]
+        spelled = clause[1:]
+        if clause[:1] != " " or not spelled.isidentifier():
+            return []
+        return [
+            m[len(spelled) :] for m in sorted(names.wanted_modules) if m.startswith(spelled) and m != spelled
+        ]
     match = _FROM.fullmatch(line)
     if match is None or match["module"] not in names.wanted:
         return []
@@ -254,7 +292,7 @@ class ImportLineConstraint:
         self.forced_text = forced_text
         self.generated = ""  # the text of every accepted token, the forced spelling included
         self.steered_rows = 0  # rows where tokens that did not fit were masked
-        self._done = not may_become_from_import(names.line_start)
+        self._done = not self._may_steer(names.line_start)
 
     def constrain(self, logits: torch.Tensor, path: Sequence[int] = ()) -> torch.Tensor:
         """Mask logits rows [n, vocab]: row i is the distribution after `path[:i]` (a verify's drafts). The
@@ -268,7 +306,7 @@ class ImportLineConstraint:
             line, ended = self._line(generated)
             if ended:  # nothing more to steer
                 break
-            if line is not None and line.lstrip(" \t").startswith("from"):
+            if line is not None and self._steers(line):
                 fitting = self._fitting(logits[row], line)
                 if fitting is not None:
                     if constrained is logits:
@@ -291,7 +329,18 @@ class ImportLineConstraint:
         for token_id in token_ids:
             self.generated += self._text(token_id)
         line, ended = self._line(self.generated)
-        self._done = ended or (line is not None and not may_become_from_import(line))
+        self._done = ended or (line is not None and not self._may_steer(line))
+
+    def _may_steer(self, line: str) -> bool:
+        """Whether the line may still become one this constraint steers."""
+        return may_become_from_import(line) or (bool(self.names.wanted_modules) and may_become_import(line))
+
+    def _steers(self, line: str) -> bool:
+        """Whether this row is steered: a `from` line; while a standard module is wanted whole, also a line
+        still choosing between `from` and `import`, and an `import` line."""
+        if self.names.wanted_modules:
+            return self._may_steer(line)
+        return line.lstrip(" \t").startswith("from")
 
     def _line(self, generated: str) -> tuple[str | None, bool]:
         """(the cursor's line so far, None while the forced prefix is not spelled yet; whether it ended)."""
@@ -311,7 +360,7 @@ class ImportLineConstraint:
         best fit, or nothing does (the row stands)."""
         candidates = row.float().topk(min(STEERED_CANDIDATES, row.shape[-1])).indices.tolist()
         vocab = row.shape[-1]  # the tokenizer may know ids the model's head lacks
-        if self.names.wanted or self.names.wanted_elsewhere:
+        if self.names.wanted or self.names.wanted_elsewhere or self.names.wanted_modules:
             wanted = [token for token in candidates if self._fits(line, token, wanted_import_fits)]
             if wanted and len(wanted) < len(candidates):
                 return wanted

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from engine.api import BackendInfo, ImportNames, StopCheck, may_become_from_import
+from engine.api import BackendInfo, ImportNames, StopCheck, may_become_from_import, may_become_import
 from engine.costs import AT_REST_SUGGESTION_S, readable_prompt_tokens
 from engine.words import ascii_word, is_word_char, word_start
 from lsp_server.context.definitions import in_import_block
@@ -398,12 +398,19 @@ def _import_names(
     known: tuple[dict[str, frozenset[str]], int] | None,
 ) -> ImportNames | None:
     """What a `from` line at the cursor may import (`known`), and what the file uses without importing it yet,
-    at a line among the imports that may still become one; None elsewhere."""
-    if known is None or store.workspace is None or not may_become_from_import(line_before):
+    at a line among the imports that may still become a `from` import, or an `import` of a standard module
+    the file uses whole; None elsewhere."""
+    if known is None or store.workspace is None:
+        return None
+    from_line = may_become_from_import(line_before)
+    if not (from_line or may_become_import(line_before)):
         return None
     modules, relative_depth = known
-    wanted, wanted_elsewhere = store.workspace.wanted_imports(doc, offset)
-    return ImportNames(line_before, modules, relative_depth, wanted, wanted_elsewhere)
+    wanted, elsewhere = store.workspace.wanted_imports(doc, offset)
+    whole = store.workspace.wanted_modules(doc, offset, elsewhere)
+    if not (from_line or whole):
+        return None
+    return ImportNames(line_before, modules, relative_depth, wanted, elsewhere - whole, whole)
 
 
 # The block of the lines below keeps its first line while the cursor is at most this many lines above it: a

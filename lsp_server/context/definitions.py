@@ -40,6 +40,7 @@ _TOP_LEVEL = re.compile(
 )
 _TOP_LEVEL_FROM_IMPORT = re.compile(r"^from[ \t]+[\w.]+[ \t]+import[ \t]+(\([^)]*\)|[^\n#]+)", re.MULTILINE)
 _IMPORT_LINE = re.compile(r"^(?:from[ \t]+[\w.]+[ \t]+import\b|import[ \t]+\w)")
+_DOTTED = re.compile(r"[ \t]*\.[ \t]*([A-Za-z_]\w*)")
 _KNOWN = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | frozenset(dir(builtins))
 HEAD_CHARS = 120  # of a definition's first line: a signature, not a body
 NEAR_CHARS = 4000  # of the text above and below the cursor that says whether it is among the imports
@@ -86,6 +87,24 @@ def unbound_names(text: str) -> tuple[str, ...]:
         if name not in bound and name not in _KNOWN and not name.startswith("__"):
             seen.setdefault(name, None)
     return tuple(seen)
+
+
+def dotted_uses(text: str, name: str) -> frozenset[str] | None:
+    """The attributes `text` reads from `name` (`deepcopy` for `copy.deepcopy(x)`), where the code uses it only
+    so, as a module is used; None where it uses `name` any other way (called, passed, assigned) or not at all."""
+    code = _code_without_imports(text)
+    attributes: set[str] = set()
+    for match in re.finditer(rf"(?<![\w.]){re.escape(name)}\b", code):
+        attribute = _DOTTED.match(code, match.end())
+        if attribute is None:
+            return None
+        attributes.add(attribute.group(1))
+    return frozenset(attributes) or None
+
+
+@functools.lru_cache(maxsize=2)  # asked once per name the file lacks
+def _code_without_imports(text: str) -> str:
+    return _IMPORT_STATEMENT.sub(" ", code_only(text))
 
 
 def _names_something(match: re.Match[str], code: str) -> bool:

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeGuard, TypeVar
@@ -38,6 +39,7 @@ from engine.api import ANY_NAME
 from lsp_server.context.definitions import (
     bound_names,
     code_only,
+    dotted_uses,
     listed_names,
     top_level_definitions,
     unbound_names,
@@ -346,6 +348,13 @@ class WorkspaceFiles:
         }
         return modules, elsewhere
 
+    def wanted_modules(self, current: Document, offset: int, elsewhere: frozenset[str]) -> frozenset[str]:
+        """Of `elsewhere` (names `current` uses and nothing binds; `wanted_imports`), the standard library's
+        modules it uses whole, the line at `offset` left out (`standard_modules_used`)."""
+        if not elsewhere:
+            return frozenset()
+        return standard_modules_used(without_line_at(current.text, offset), elsewhere)
+
     def _importable_from(
         self, index: ModuleIndex, here: Path, defined_elsewhere: bool = False
     ) -> tuple[dict[str, frozenset[str]], int]:
@@ -504,3 +513,20 @@ def _python_files(root: Path) -> tuple[list[Path], bool]:
                 else:
                     left_out = True
     return found, not folders and not left_out
+
+
+def standard_modules_used(text: str, names: Iterable[str]) -> frozenset[str]:
+    """Of `names` (used in `text`, bound nowhere), the standard library's modules `text` uses as modules: only
+    dotted into, for attributes the module has (`copy` in `copy.deepcopy(x)`). Only modules this process has
+    loaded are read: importing one to look could run its code. A name an installed package exports too
+    (`types` of google.genai, used as `types.Content`) reads attributes the standard module lacks: it stays a
+    name to import `from` somewhere."""
+    found = set()
+    for name in names:
+        module = sys.modules.get(name)
+        if module is None or name not in sys.stdlib_module_names:
+            continue
+        attributes = dotted_uses(text, name)
+        if attributes and all(hasattr(module, attribute) for attribute in attributes):
+            found.add(name)
+    return frozenset(found)

@@ -164,3 +164,30 @@ def test_the_missing_import_is_written_first_and_speculation_stays_identical(dra
     assert plain.text.split()[0].strip(",()") == missing
     free = engine.complete(CompletionRequest(PROMPT, max_new_tokens=NEW_TOKENS, drafter="none"))
     assert engine.complete(copying_the_unsteered(free, drafter, names)).token_ids == plain.token_ids
+
+
+@pytest.mark.parametrize("drafter", ["none", "model", "lookup", "hybrid"])
+def test_a_standard_module_the_file_uses_whole_is_imported_and_speculation_stays_identical(
+    drafter: str,
+) -> None:
+    """An `import` line goes to the module the file uses whole without importing it (`wanted_modules`)."""
+    prompt = "import json\nimport"
+    target = tiny_llama(seed=71)
+    engine = local_engine(target, tiny_llama(seed=72))
+    missing = sorted(names_below_the_top(engine, target, prompt))[-1]
+    names = ImportNames("import", {}, relative_depth=1, wanted_modules=frozenset({missing}))
+    plain = engine.complete(
+        CompletionRequest(prompt, max_new_tokens=NEW_TOKENS, drafter="none", import_names=names)
+    )
+    assert re.split(r"[\s,]", plain.text.lstrip())[0] == missing
+    free = engine.complete(CompletionRequest(prompt, max_new_tokens=NEW_TOKENS, drafter="none"))
+    assert re.split(r"[\s,]", free.text.lstrip())[0] != missing  # the model alone writes another
+    request = CompletionRequest(
+        prompt,
+        max_new_tokens=NEW_TOKENS,
+        drafter=drafter,
+        import_names=names,
+        lookup_context=(prompt + decode(free.token_ids),),
+        previous_completion=free.text,
+    )
+    assert engine.complete(request).token_ids == plain.token_ids

@@ -19,8 +19,9 @@ from engine.imports import (
 )
 from lsp_server.context import build_completion_context
 from lsp_server.context.builder import ContextSettings
+from lsp_server.context.definitions import dotted_uses
 from lsp_server.context.fim import QWEN_CODER
-from lsp_server.context.workspace import MAX_FILE_BYTES, WorkspaceFiles
+from lsp_server.context.workspace import MAX_FILE_BYTES, WorkspaceFiles, standard_modules_used
 from lsp_server.documents import DocumentStore, new_document
 
 QWEN_TOKENS = (QWEN_CODER.prefix_token, QWEN_CODER.suffix_token, QWEN_CODER.middle_token, QWEN_CODER.file_sep)
@@ -453,3 +454,93 @@ def test_a_line_is_not_steered_into_ending_at_import(monkeypatch: pytest.MonkeyP
     # A line with a name may end with the text.
     done = ImportLineConstraint(ImportNames("from typing import Any", {}, 0), TokenTexts(texts, [end]))
     assert int(done.constrain(torch.tensor([[0.0, 1.0, 5.0, -9.0, 0.0]])).argmax()) == end
+
+
+# The file uses the standard `copy` module whole (`copy.deepcopy`) and does not import it.
+WHOLE = ImportNames("", NAMES.modules, 1, wanted_modules=frozenset({"copy"}))
+
+
+@pytest.mark.parametrize(
+    ("line", "ended", "fits"),
+    [
+        ("", False, True),
+        ("im", False, True),
+        ("import", False, True),
+        ("import co", False, True),
+        ("import copy", True, True),
+        ("import copy as cp", True, True),
+        ("import copy  # why", True, True),
+        ("import json", True, False),  # not what the file misses
+        ("import ", False, False),  # the name begins with the token that brings its space
+        ("import", True, False),
+        ("import copy, json", True, False),
+        ("importx", False, False),
+        ("fr", False, False),  # nothing else is missing: no `from` line imports it
+        ("from typing import Any", True, False),
+        ("try:", True, False),  # another statement where an import is missing
+        ("", True, False),
+        ("    import copy", True, True),
+    ],
+)
+def test_which_lines_import_a_standard_module_the_file_uses_whole(line: str, ended: bool, fits: bool) -> None:
+    assert wanted_import_fits(line, WHOLE, ended) is fits
+
+
+def test_a_module_wanted_whole_beside_a_missing_name_leaves_both_ways_open() -> None:
+    both = ImportNames(
+        "", NAMES.modules, 1, wanted_elsewhere=frozenset({"Path"}), wanted_modules=WHOLE.wanted_modules
+    )
+    assert wanted_import_fits("fr", both, ended=False) and wanted_import_fits("import co", both, ended=False)
+    assert wanted_import_fits("from pathlib import Path", both, ended=True)
+    assert wanted_endings("import", WHOLE) == [" copy"] and wanted_endings("import co", WHOLE) == ["py"]
+    assert wanted_endings("import copy", WHOLE) == []
+
+
+def test_the_line_is_steered_to_import_the_module_the_file_uses_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("engine.imports.STEERED_CANDIDATES", 2)
+    texts = ["from", "import", " typing", " copy", " json", "\n"]
+    constraint = ImportLineConstraint(WHOLE, TokenTexts(texts))
+    # The model would begin `from typing import ...`; the file misses only `copy`, which no `from` line brings.
+    steered = constraint.constrain(torch.tensor([[5.0, 4.0, 0.0, 0.0, 0.0, 1.0]]))
+    assert int(steered.argmax()) == texts.index("import") and steered[0, texts.index("from")] == float("-inf")
+    constraint.advance([texts.index("import")])
+    # Neither of its two best names is `copy`: the tokens that spell it stay.
+    steered = constraint.constrain(torch.tensor([[0.0, 0.0, 0.0, -3.0, 5.0, 4.0]]))
+    assert int(steered.argmax()) == texts.index(" copy")
+    constraint.advance([texts.index(" copy"), texts.index("\n")])
+    logits = torch.randn(1, len(texts))
+    assert constraint.constrain(logits) is logits  # the line ended: nothing more to steer
+    # A user who typed another import is followed.
+    typed = ImportLineConstraint(
+        ImportNames("import j", NAMES.modules, 1, wanted_modules=WHOLE.wanted_modules),
+        TokenTexts(["son", "x"]),
+    )
+    assert int(typed.constrain(torch.tensor([[2.0, 1.0]])).argmax()) == 0
+
+
+def test_standard_modules_the_file_uses_whole() -> None:
+    text = "x = copy.deepcopy(y)\nz = re.compile('a')\nt = types.Content()\nn = os(1)\nw = weird.thing\n"
+    # `types` reads an attribute the standard module lacks (google.genai's `types`); `os` is called, not
+    # dotted into; `weird` is no standard module.
+    assert standard_modules_used(text, ["copy", "re", "types", "os", "weird"]) == {"copy", "re"}
+    assert dotted_uses("a = copy.copy(b)\ncopy .deepcopy(c)", "copy") == {"copy", "deepcopy"}
+    assert dotted_uses("a = copy(b)", "copy") is None
+    assert dotted_uses("import copy\n# copy.deepcopy\n", "copy") is None  # only in an import and a comment
+
+
+def test_the_builder_asks_for_a_standard_module_the_file_uses_whole(tmp_path: Path) -> None:
+    runner = _project(tmp_path)
+    body = "\n\nclass Runner:\n    def clone(self):\n        return copy.deepcopy(LlmAgent())\n"
+    ctx = _context(runner, tmp_path, "from .llm_agent import LlmAgent\n<>" + body)
+    assert ctx.import_names is not None and ctx.import_names.wanted_modules == {"copy"}
+    assert "copy" not in ctx.import_names.wanted_elsewhere
+    typed = _context(runner, tmp_path, "from .llm_agent import LlmAgent\nimport <>" + body)
+    assert typed.import_names is not None and typed.import_names.line_start == "import "
+    # With nothing used whole, an `import` line is not steered, as before.
+    plain = "from .llm_agent import LlmAgent\nimport <>\n\nclass Runner:\n    pass\n"
+    assert _context(runner, tmp_path, plain).import_names is None
+    # Off with steerImports.
+    off = ContextSettings(steer_imports=False)
+    assert _context(runner, tmp_path, "from .llm_agent import LlmAgent\n<>" + body, off).import_names is None
