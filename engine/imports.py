@@ -16,8 +16,12 @@ space (`ImportNames`: each module a line could spell, the names importable from 
   no checked token fits, the row is left as it is (the model has something else in mind).
 - The missing import (`wanted_import_fits`): where the file uses names it does not bind yet, a `from` line is
   steered first to importing one of them, from a module of the workspace that binds it, or, for a name no
-  file of the workspace defines, from a module the server did not enumerate. Where none of a row's best tokens
-  leads there, the row is steered as above: a user importing something else is followed.
+  file of the workspace defines, from a module the server did not enumerate. Where the file uses a standard
+  module whole (`copy.deepcopy` without `import copy`), the line is steered from its first token to `import`
+  it. Where none of a row's best tokens leads there, the row is steered as above: a user importing something
+  else is followed.
+- Whatever the module, a `from` line may not end where no statement ends (`from typing import`): the end of
+  text ends the line too.
 
 Only the cursor's first line is steered; the constraint ends at its line break.
 """
