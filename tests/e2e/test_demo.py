@@ -117,7 +117,9 @@ def test_demo_replays_a_short_file_in_line_mode(pair_args: list[str], tmp_path: 
     hit_rate = summary["typed_ahead_hit_rate"]
     assert hit_rate is None or 0 <= hit_rate <= 1
     server = summary["server"]
-    assert server["requests"] >= keystrokes  # the replay's requests (the speed-up prompts come after)
+    # The replay's requests (the speed-up prompts come after); one it cancelled, as VS Code does when the next
+    # key comes, may be dropped by the server's protocol layer before the server reads it (a busy machine).
+    assert keystrokes - summary["superseded"] <= server["requests"]
     assert server["generations"] >= 1 and 0 <= server["cancelled_generations"] <= server["generations"]
     # At 60 characters a second every key supersedes the request before it (the replay cancels it, as VS
     # Code does), so on a busy machine no speculative round may finish before the last key.
