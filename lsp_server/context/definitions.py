@@ -75,9 +75,8 @@ def bound_names(code: str) -> set[str]:
 def unbound_names(text: str) -> tuple[str, ...]:
     """The names `text` uses but neither binds nor gets from the language, in order of first use, then those
     its `__all__` lists (a package's `__init__.py` exports what it imports)."""
-    code = code_only(text)
+    code, code_without_imports = _code_views(text)
     bound = bound_names(code)
-    code_without_imports = _IMPORT_STATEMENT.sub(" ", code)  # module paths are not names the file uses
     used = [
         m.group(0) for m in _NAME.finditer(code_without_imports) if _names_something(m, code_without_imports)
     ]
@@ -92,7 +91,7 @@ def unbound_names(text: str) -> tuple[str, ...]:
 def dotted_uses(text: str, name: str) -> frozenset[str] | None:
     """The attributes `text` reads from `name` (`deepcopy` for `copy.deepcopy(x)`), where the code uses it only
     so, as a module is used; None where it uses `name` any other way (called, passed, assigned) or not at all."""
-    code = _code_without_imports(text)
+    code = _code_views(text)[1]
     attributes: set[str] = set()
     for match in re.finditer(rf"(?<![\w.]){re.escape(name)}\b", code):
         attribute = _DOTTED.match(code, match.end())
@@ -102,9 +101,12 @@ def dotted_uses(text: str, name: str) -> frozenset[str] | None:
     return frozenset(attributes) or None
 
 
-@functools.lru_cache(maxsize=2)  # asked once per name the file lacks
-def _code_without_imports(text: str) -> str:
-    return _IMPORT_STATEMENT.sub(" ", code_only(text))
+@functools.lru_cache(maxsize=2)  # `unbound_names`, then `dotted_uses` per name it found, read the same text
+def _code_views(text: str) -> tuple[str, str]:
+    """`text` as code only, and that code without its import statements (module paths are not names the file
+    uses)."""
+    code = code_only(text)
+    return code, _IMPORT_STATEMENT.sub(" ", code)
 
 
 def _names_something(match: re.Match[str], code: str) -> bool:
