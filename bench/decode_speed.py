@@ -55,8 +55,12 @@ LEAN_ENGINES = ("lean-fp32", "lean-bf16", "lean-int8", "lean-int4", "lean-w8a8")
 # batched kernels instead, to show what exactness costs. Not lossless. (W8A8 runs batched attention anyway.)
 BATCHED = "-batched"
 BATCHED_ENGINES = ("lean-fp32" + BATCHED,)
+# W8A8 reads prompts in one pass except in the MLP's down projection (`LeanLlamaDecoder.two_pass_down`); this
+# engine reads them in one pass everywhere, to show what the down projection's second pass costs.
+ONE_PASS_PROMPT = "-one-pass-prompt"
+ONE_PASS_PROMPT_ENGINES = ("lean-w8a8" + ONE_PASS_PROMPT,)
 ENGINES = (*LEAN_ENGINES, "llama.cpp")
-KNOWN_ENGINES = (*ENGINES, *BATCHED_ENGINES)
+KNOWN_ENGINES = (*ENGINES, *BATCHED_ENGINES, *ONE_PASS_PROMPT_ENGINES)
 METHODS = ("plain", "speculative-lookup")
 LOSS_WINDOWS = 2  # held-out windows of LOSS_WINDOW tokens for the quantization error
 LOSS_WINDOW = 256
@@ -131,7 +135,7 @@ class Engines:
 
         for name in names:
             before = process_memory_mb() or 0.0
-            precision = name.removeprefix("lean-").removesuffix(BATCHED)
+            precision = name.removeprefix("lean-").removesuffix(BATCHED).removesuffix(ONE_PASS_PROMPT)
             # W8A8 is the engine for CPUs without native bf16: its activations are fp32 there. llama.cpp reads
             # its GGUF; the model only checks the vocabulary.
             fp32 = precision in ("fp32", "w8a8") or name == "llama.cpp"
@@ -143,6 +147,9 @@ class Engines:
             )
             if name.endswith(BATCHED):
                 decoder.rows_as_steps = False  # type: ignore[attr-defined]
+            if name.endswith(ONE_PASS_PROMPT):
+                for layer in decoder.layers:  # type: ignore[attr-defined]
+                    layer.down.two_pass_prompt = False
             self.decoders[name] = decoder
             if runtime == "torch":
                 self.matmuls[name] = _matmul_runner(decoder)

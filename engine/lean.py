@@ -99,7 +99,9 @@ def _fused_weight(projections: list[Any]) -> torch.Tensor:
 
 
 class _Layer:
-    def __init__(self, hf_layer: Any, quantization: Quantization, dense_for_many: bool) -> None:
+    def __init__(
+        self, hf_layer: Any, quantization: Quantization, dense_for_many: bool, two_pass_down: bool
+    ) -> None:
         attn = hf_layer.self_attn
         mlp = hf_layer.mlp
         self.input_norm = hf_layer.input_layernorm.weight
@@ -113,7 +115,13 @@ class _Layer:
         )
         gate_up_weight = _fused_weight([mlp.gate_proj, mlp.up_proj])
         self.gate_up = make_linear(gate_up_weight, None, quantization, dense_for_many=dense_for_many)
-        self.down = make_linear(mlp.down_proj.weight, None, quantization, dense_for_many=dense_for_many)
+        self.down = make_linear(
+            mlp.down_proj.weight,
+            None,
+            quantization,
+            dense_for_many=dense_for_many,
+            two_pass_prompt=two_pass_down,
+        )
 
 
 class LeanLlamaDecoder:
@@ -128,6 +136,7 @@ class LeanLlamaDecoder:
         release: bool = False,
         dense_for_many: bool = False,
         rows_as_steps: bool | None = None,
+        two_pass_down: bool = True,
     ) -> None:
         if not supports_lean(model):
             raise ValueError(
@@ -152,12 +161,18 @@ class LeanLlamaDecoder:
         # parts from plain output only at near-ties, as bf16 does.
         exact = self.dtype == torch.float32 and self.quantization == "none"
         self.rows_as_steps = exact if rows_as_steps is None else rows_as_steps
+        # W8A8 reads prompts in one pass (`RowwiseInt8Linear.read_prompt`) but in the MLP's down projection
+        # (`two_pass_down`): its input, the SwiGLU product, has rows led by a few large channels (row max ~40x
+        # the mean in the 0.5B's later layers), where one 7-bit pass errs ~10% against 1-7% elsewhere. The
+        # rougher keys and values cost the 0.5B 7 exact first lines of 475 at line starts (docs/precision.md).
         with torch.inference_mode():
             inner: Any = model.model
             self.embed = inner.embed_tokens.weight
             self.layers = []
             for index in range(len(inner.layers)):
-                self.layers.append(_Layer(inner.layers[index], self.quantization, dense_for_many))
+                self.layers.append(
+                    _Layer(inner.layers[index], self.quantization, dense_for_many, two_pass_down)
+                )
                 if release:  # the HF layer's weights now live (fused, repacked) in the lean layer
                     inner.layers[index] = torch.nn.Identity()
                     # Layer-sized tensors sit below glibc's mmap threshold: hand their pages back now, or

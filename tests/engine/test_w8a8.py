@@ -25,6 +25,7 @@ from engine.hardware import OVERHEAD_BOUND_PARAMS, choose_target_quantization
 from engine.lean import LeanLlamaDecoder
 from engine.precision import top2_margin
 from engine.quantize import RowwiseInt8Linear, quantize_int8, rowwise_int8_available
+from engine.runtime import build_draft_decoder
 
 pytestmark = pytest.mark.skipif(not rowwise_int8_available(), reason="no fbgemm in this torch build")
 
@@ -81,6 +82,25 @@ def test_token_choosing_rows_are_as_accurate_as_int8_weights_and_prompt_rows_clo
     assert precise < 2e-3  # the second pass recovers what the outlier channel's scale rounded away
     assert one_pass < 6e-2
     assert precise < one_pass / 5
+
+
+def test_a_two_pass_prompt_projection_reads_prompts_as_it_chooses_tokens() -> None:
+    weight, bias = weights()
+    two_pass = RowwiseInt8Linear(weight, bias, two_pass_prompt=True)
+    x = activations(16)
+    assert torch.equal(two_pass.read_prompt(x), two_pass(x))
+    assert not torch.equal(RowwiseInt8Linear(weight, bias).read_prompt(x), two_pass(x))
+
+
+def test_w8a8_reads_prompts_in_two_passes_in_the_targets_down_projections_only() -> None:
+    model = tiny_llama(seed=3, hidden=64)
+    target = LeanLlamaDecoder(model, quantization="w8a8")
+    draft, _ = build_draft_decoder(model, 256, quantization="w8a8")
+    for layer in target.layers:
+        assert layer.down.two_pass_prompt
+        assert not any(linear.two_pass_prompt for linear in (layer.qkv, layer.o, layer.gate_up))
+    for layer in draft.layers:  # type: ignore[attr-defined]
+        assert not layer.down.two_pass_prompt  # a draft's rounding never changes the output
 
 
 def test_the_lean_decoder_in_w8a8_agrees_with_fp32_on_a_tiny_model() -> None:
