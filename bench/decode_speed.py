@@ -55,12 +55,12 @@ LEAN_ENGINES = ("lean-fp32", "lean-bf16", "lean-int8", "lean-int4", "lean-w8a8")
 # batched kernels instead, to show what exactness costs. Not lossless. (W8A8 runs batched attention anyway.)
 BATCHED = "-batched"
 BATCHED_ENGINES = ("lean-fp32" + BATCHED,)
-# W8A8 reads prompts in one pass except in the MLP's down projection (`LeanLlamaDecoder.two_pass_down`); this
-# engine reads them in one pass everywhere, to show what the down projection's second pass costs.
-ONE_PASS_PROMPT = "-one-pass-prompt"
-ONE_PASS_PROMPT_ENGINES = ("lean-w8a8" + ONE_PASS_PROMPT,)
+# W8A8 reads prompts in one pass; this engine reads them in both passes in the MLP's down projection
+# (`LeanLlamaDecoder(two_pass_down=True)`), to show what that more precise prompt costs. Not the default.
+TWO_PASS_DOWN = "-two-pass-down"
+TWO_PASS_DOWN_ENGINES = ("lean-w8a8" + TWO_PASS_DOWN,)
 ENGINES = (*LEAN_ENGINES, "llama.cpp")
-KNOWN_ENGINES = (*ENGINES, *BATCHED_ENGINES, *ONE_PASS_PROMPT_ENGINES)
+KNOWN_ENGINES = (*ENGINES, *BATCHED_ENGINES, *TWO_PASS_DOWN_ENGINES)
 METHODS = ("plain", "speculative-lookup")
 LOSS_WINDOWS = 2  # held-out windows of LOSS_WINDOW tokens for the quantization error
 LOSS_WINDOW = 256
@@ -135,7 +135,7 @@ class Engines:
 
         for name in names:
             before = process_memory_mb() or 0.0
-            precision = name.removeprefix("lean-").removesuffix(BATCHED).removesuffix(ONE_PASS_PROMPT)
+            precision = name.removeprefix("lean-").removesuffix(BATCHED).removesuffix(TWO_PASS_DOWN)
             # W8A8 is the engine for CPUs without native bf16: its activations are fp32 there. llama.cpp reads
             # its GGUF; the model only checks the vocabulary.
             fp32 = precision in ("fp32", "w8a8") or name == "llama.cpp"
@@ -147,9 +147,9 @@ class Engines:
             )
             if name.endswith(BATCHED):
                 decoder.rows_as_steps = False  # type: ignore[attr-defined]
-            if name.endswith(ONE_PASS_PROMPT):
+            if name.endswith(TWO_PASS_DOWN):
                 for layer in decoder.layers:  # type: ignore[attr-defined]
-                    layer.down.two_pass_prompt = False
+                    layer.down.two_pass_prompt = True
             self.decoders[name] = decoder
             if runtime == "torch":
                 self.matmuls[name] = _matmul_runner(decoder)

@@ -136,7 +136,7 @@ class LeanLlamaDecoder:
         release: bool = False,
         dense_for_many: bool = False,
         rows_as_steps: bool | None = None,
-        two_pass_down: bool = True,
+        two_pass_down: bool = False,
     ) -> None:
         if not supports_lean(model):
             raise ValueError(
@@ -161,10 +161,11 @@ class LeanLlamaDecoder:
         # parts from plain output only at near-ties, as bf16 does.
         exact = self.dtype == torch.float32 and self.quantization == "none"
         self.rows_as_steps = exact if rows_as_steps is None else rows_as_steps
-        # W8A8 reads prompts in one pass (`RowwiseInt8Linear.read_prompt`) but in the MLP's down projection
-        # (`two_pass_down`): its input, the SwiGLU product, has rows led by a few large channels (row max ~40x
-        # the mean in the 0.5B's later layers), where one 7-bit pass errs ~10% against 1-7% elsewhere. The
-        # rougher keys and values cost the 0.5B 7 exact first lines of 475 at line starts (docs/precision.md).
+        # W8A8 reads prompts in one pass (`RowwiseInt8Linear.read_prompt`). `two_pass_down` reads them in both
+        # passes in the MLP's down projection, whose input (the SwiGLU product) has rows led by a few large
+        # channels, where one 7-bit pass errs ~10% against 1-7% elsewhere: 7 more exact first lines of 475
+        # line starts, but prompts read ~1.25x slower and an AVX2 typist saved fewer characters, so it is off
+        # (docs/precision.md).
         with torch.inference_mode():
             inner: Any = model.model
             self.embed = inner.embed_tokens.weight

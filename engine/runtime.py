@@ -151,16 +151,9 @@ def build_draft_decoder(
     dtype = _dtype_name(model)
     weights = dtype if chosen == "none" else f"{dtype} + {chosen} weights"
     # Quantized layers keep their full-precision weights for reading prompts (`engine.quantize.SplitLinear`).
-    # A draft's rounding never changes the output, so it takes the faster batched paths (rows_as_steps off)
-    # and W8A8's one-pass prompt reading everywhere (two_pass_down off).
+    # A draft's rounding never changes the output, so it takes the faster batched paths (rows_as_steps off).
     decoder = LeanLlamaDecoder(
-        model,
-        window,
-        chosen,
-        release=release,
-        dense_for_many=chosen != "none",
-        rows_as_steps=False,
-        two_pass_down=False,
+        model, window, chosen, release=release, dense_for_many=chosen != "none", rows_as_steps=False
     )
     return decoder, RuntimeChoice("lean", weights, reason)
 

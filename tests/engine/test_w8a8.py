@@ -25,7 +25,6 @@ from engine.hardware import OVERHEAD_BOUND_PARAMS, choose_target_quantization
 from engine.lean import LeanLlamaDecoder
 from engine.precision import top2_margin
 from engine.quantize import RowwiseInt8Linear, quantize_int8, rowwise_int8_available
-from engine.runtime import build_draft_decoder
 
 pytestmark = pytest.mark.skipif(not rowwise_int8_available(), reason="no fbgemm in this torch build")
 
@@ -92,15 +91,20 @@ def test_a_two_pass_prompt_projection_reads_prompts_as_it_chooses_tokens() -> No
     assert not torch.equal(RowwiseInt8Linear(weight, bias).read_prompt(x), two_pass(x))
 
 
-def test_w8a8_reads_prompts_in_two_passes_in_the_targets_down_projections_only() -> None:
+def test_w8a8_reads_prompts_in_two_passes_in_the_down_projections_only_when_asked() -> None:
     model = tiny_llama(seed=3, hidden=64)
-    target = LeanLlamaDecoder(model, quantization="w8a8")
-    draft, _ = build_draft_decoder(model, 256, quantization="w8a8")
-    for layer in target.layers:
+    served = LeanLlamaDecoder(model, quantization="w8a8")
+    asked = LeanLlamaDecoder(model, quantization="w8a8", two_pass_down=True)
+    for layer in served.layers:
+        assert not any(linear.two_pass_prompt for linear in (layer.qkv, layer.o, layer.gate_up, layer.down))
+    for layer in asked.layers:
         assert layer.down.two_pass_prompt
         assert not any(linear.two_pass_prompt for linear in (layer.qkv, layer.o, layer.gate_up))
-    for layer in draft.layers:  # type: ignore[attr-defined]
-        assert not layer.down.two_pass_prompt  # a draft's rounding never changes the output
+    # The flag reaches prompt reading: the two caches part after the first layer's down projection.
+    for decoder in (served, asked):
+        decoder.prefill(prompt_ids(40))
+    assert torch.equal(served.values[0], asked.values[0])
+    assert not torch.equal(served.values[1:], asked.values[1:])
 
 
 def test_the_lean_decoder_in_w8a8_agrees_with_fp32_on_a_tiny_model() -> None:
