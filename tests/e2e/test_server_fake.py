@@ -569,6 +569,11 @@ async def test_tcp_transport_binds_localhost(tmp_path: Path) -> None:
                 await asyncio.sleep(0.1)
         else:
             pytest.fail("the server did not listen on 127.0.0.1")
+        # The port accepts connections before the server writes its token (only once the port is its own).
+        for _ in range(100):
+            if token_file.is_file() and token_file.read_text().strip():
+                break
+            await asyncio.sleep(0.1)
         options = {"token": token_file.read_text().strip()}
         params = {"capabilities": {}, "initializationOptions": options}
         writer.write(_frame({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}))
