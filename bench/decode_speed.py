@@ -55,12 +55,13 @@ LEAN_ENGINES = ("lean-fp32", "lean-bf16", "lean-int8", "lean-int4", "lean-w8a8")
 # batched kernels instead, to show what exactness costs. Not lossless. (W8A8 runs batched attention anyway.)
 BATCHED = "-batched"
 BATCHED_ENGINES = ("lean-fp32" + BATCHED,)
-# W8A8 reads prompts in one pass; this engine reads them in both passes in the MLP's down projection
-# (`LeanLlamaDecoder(two_pass_down=True)`), to show what that more precise prompt costs. Not the default.
-TWO_PASS_DOWN = "-two-pass-down"
-TWO_PASS_DOWN_ENGINES = ("lean-w8a8" + TWO_PASS_DOWN,)
+# W8A8 reads a prompt in one pass but its last TWO_PASS_DOWN_TAIL tokens in both passes in the MLP's down
+# projection; these engines read the whole prompt in one pass, or in both there, to show what the tail costs
+# and what the whole would. Not the default.
+ONE_PASS, TWO_PASS_DOWN = "-one-pass", "-two-pass-down"
+PROMPT_PASS_ENGINES = ("lean-w8a8" + ONE_PASS, "lean-w8a8" + TWO_PASS_DOWN)
 ENGINES = (*LEAN_ENGINES, "llama.cpp")
-KNOWN_ENGINES = (*ENGINES, *BATCHED_ENGINES, *TWO_PASS_DOWN_ENGINES)
+KNOWN_ENGINES = (*ENGINES, *BATCHED_ENGINES, *PROMPT_PASS_ENGINES)
 METHODS = ("plain", "speculative-lookup")
 LOSS_WINDOWS = 2  # held-out windows of LOSS_WINDOW tokens for the quantization error
 LOSS_WINDOW = 256
@@ -135,7 +136,9 @@ class Engines:
 
         for name in names:
             before = process_memory_mb() or 0.0
-            precision = name.removeprefix("lean-").removesuffix(BATCHED).removesuffix(TWO_PASS_DOWN)
+            precision = name.removeprefix("lean-")
+            for variant in (BATCHED, ONE_PASS, TWO_PASS_DOWN):
+                precision = precision.removesuffix(variant)
             # W8A8 is the engine for CPUs without native bf16: its activations are fp32 there. llama.cpp reads
             # its GGUF; the model only checks the vocabulary.
             fp32 = precision in ("fp32", "w8a8") or name == "llama.cpp"
@@ -147,9 +150,10 @@ class Engines:
             )
             if name.endswith(BATCHED):
                 decoder.rows_as_steps = False  # type: ignore[attr-defined]
+            if name.endswith(ONE_PASS):
+                decoder.two_pass_down_tail = 0  # type: ignore[attr-defined]
             if name.endswith(TWO_PASS_DOWN):
-                for layer in decoder.layers:  # type: ignore[attr-defined]
-                    layer.down.two_pass_prompt = True
+                decoder.two_pass_down_tail = window  # type: ignore[attr-defined]
             self.decoders[name] = decoder
             if runtime == "torch":
                 self.matmuls[name] = _matmul_runner(decoder)

@@ -44,6 +44,13 @@ FEW_QUERIES = 8
 # and checks between layers: a cancel waits for one layer of one piece, and nothing computed is lost (a
 # piece stopped part-way keeps its hidden states, and the next prefill of the same tokens goes on from there).
 INTERRUPTIBLE_CHUNK = 128
+# W8A8 reads prompts in one 7-bit pass (`RowwiseInt8Linear.read_prompt`); in the MLP's down projection, whose
+# input (the SwiGLU product) has rows led by a few large channels, that errs ~10% of the output against 1-7%
+# elsewhere. A target reads the last this many tokens of every prompt read in both passes there: the tokens
+# nearest the cursor (a FIM prompt ends with the suffix and the cursor's line). Measured on 475 line starts
+# (the 0.5B, AVX2 emulated): as many exact first lines as the whole prompt in two passes (which read prompts
+# ~1.25x slower and cost an AVX2 typist characters), for one pass's time on all but the tail. docs/precision.md.
+TWO_PASS_DOWN_TAIL = 128
 # In fp32 (the exact reference) a forward that chooses tokens runs its projections on blocks of exactly this
 # many rows, zero-padded: measured on an AMD EPYC (Zen 4), an fp32 matmul of 1-3 rows (5-7 and 9-11 on two
 # threads) rounds differently from the same rows in a larger one, while every row of a fixed shape rounds
@@ -99,9 +106,7 @@ def _fused_weight(projections: list[Any]) -> torch.Tensor:
 
 
 class _Layer:
-    def __init__(
-        self, hf_layer: Any, quantization: Quantization, dense_for_many: bool, two_pass_down: bool
-    ) -> None:
+    def __init__(self, hf_layer: Any, quantization: Quantization, dense_for_many: bool) -> None:
         attn = hf_layer.self_attn
         mlp = hf_layer.mlp
         self.input_norm = hf_layer.input_layernorm.weight
@@ -115,13 +120,7 @@ class _Layer:
         )
         gate_up_weight = _fused_weight([mlp.gate_proj, mlp.up_proj])
         self.gate_up = make_linear(gate_up_weight, None, quantization, dense_for_many=dense_for_many)
-        self.down = make_linear(
-            mlp.down_proj.weight,
-            None,
-            quantization,
-            dense_for_many=dense_for_many,
-            two_pass_prompt=two_pass_down,
-        )
+        self.down = make_linear(mlp.down_proj.weight, None, quantization, dense_for_many=dense_for_many)
 
 
 class LeanLlamaDecoder:
@@ -136,7 +135,7 @@ class LeanLlamaDecoder:
         release: bool = False,
         dense_for_many: bool = False,
         rows_as_steps: bool | None = None,
-        two_pass_down: bool = False,
+        two_pass_down_tail: int = 0,
     ) -> None:
         if not supports_lean(model):
             raise ValueError(
@@ -161,19 +160,15 @@ class LeanLlamaDecoder:
         # parts from plain output only at near-ties, as bf16 does.
         exact = self.dtype == torch.float32 and self.quantization == "none"
         self.rows_as_steps = exact if rows_as_steps is None else rows_as_steps
-        # W8A8 reads prompts in one pass (`RowwiseInt8Linear.read_prompt`). `two_pass_down` reads them in both
-        # passes in the MLP's down projection, whose input (the SwiGLU product) has rows led by a few large
-        # channels, where one 7-bit pass errs ~10% against 1-7% elsewhere: 7 more exact first lines of 475
-        # line starts, but prompts read ~1.25x slower and an AVX2 typist saved fewer characters, so it is off
-        # (docs/precision.md).
+        # The last `two_pass_down_tail` tokens of a prompt read take both W8A8 passes in the down projection
+        # (TWO_PASS_DOWN_TAIL); a draft's rounding never changes the output, so it keeps 0.
+        self.two_pass_down_tail = two_pass_down_tail
         with torch.inference_mode():
             inner: Any = model.model
             self.embed = inner.embed_tokens.weight
             self.layers = []
             for index in range(len(inner.layers)):
-                self.layers.append(
-                    _Layer(inner.layers[index], self.quantization, dense_for_many, two_pass_down)
-                )
+                self.layers.append(_Layer(inner.layers[index], self.quantization, dense_for_many))
                 if release:  # the HF layer's weights now live (fused, repacked) in the lean layer
                     inner.layers[index] = torch.nn.Identity()
                     # Layer-sized tensors sit below glibc's mmap threshold: hand their pages back now, or
@@ -237,26 +232,43 @@ class LeanLlamaDecoder:
 
     def prefill(self, token_ids: list[int]) -> None:
         """Append tokens whose logits nobody needs (the prompt): skips the vocabulary projection."""
-        for start in range(0, len(token_ids), PREFILL_CHUNK):
-            self._run(token_ids[start : start + PREFILL_CHUNK], logits=False)
+        tail_start = self._tail_start(len(token_ids))
+        done = 0
+        while done < len(token_ids):
+            end = _piece_end(done, PREFILL_CHUNK, tail_start)
+            self._run(token_ids[done:end], logits=False, two_pass_down=done >= tail_start)
+            done = end
 
     def prefill_interruptibly(self, token_ids: list[int], should_stop: Callable[[], bool]) -> int:
         """Prefill in pieces until `should_stop()`, checked before every layer. A piece stopped part-way
         is kept as a `_Partial`; a later prefill whose tokens start the same way resumes it from the layer
         where it stopped (a start of it suffices: attention is causal). Returns the tokens now cached."""
+        tail_start = self._tail_start(len(token_ids))
         done = 0
         while done < len(token_ids):
-            piece = token_ids[done : done + INTERRUPTIBLE_CHUNK]
+            piece = token_ids[done : _piece_end(done, INTERRUPTIBLE_CHUNK, tail_start)]
             resume = self._resumable(piece)
-            if resume is not None:
+            if resume is not None:  # its first layers keep the passes the stopped read gave them
                 piece = resume.tokens
             try:
-                self._run(piece, logits=False, should_stop=should_stop, resume=resume)
+                self._run(
+                    piece,
+                    logits=False,
+                    should_stop=should_stop,
+                    resume=resume,
+                    two_pass_down=done >= tail_start,
+                )
             except _Stopped as stopped:
                 self._partial = stopped.partial
                 break
             done += len(piece)
         return done
+
+    def _tail_start(self, count: int) -> int:
+        """Where the tail read in two passes starts among `count` prompt tokens (W8A8 only)."""
+        if self.quantization != "w8a8":
+            return count
+        return max(0, count - self.two_pass_down_tail)
 
     def _resumable(self, piece: list[int]) -> _Partial | None:
         """The stopped piece's work that `piece` can reuse: its longest common start."""
@@ -279,6 +291,7 @@ class LeanLlamaDecoder:
         logits: bool,
         should_stop: Callable[[], bool] | None = None,
         resume: _Partial | None = None,
+        two_pass_down: bool = False,
     ) -> torch.Tensor:
         self._partial = None  # this call writes where a stopped piece left its work
         count = len(token_ids)
@@ -305,6 +318,7 @@ class LeanLlamaDecoder:
             mask = float_mask.to(self.dtype)
         # Reading a prompt chooses no token: projections may take their faster path (W8A8's single pass).
         project: Callable[[Linear, torch.Tensor], torch.Tensor] = _choose_tokens if logits else read_prompt
+        project_down = _choose_tokens if two_pass_down else project
         if rows_as_steps and self.quantization == "none":  # quantized rows take their own kernels' shapes
             project = _project_rows
         heads, kv_heads, head_dim = self.num_heads, self.num_kv_heads, self.head_dim
@@ -336,12 +350,18 @@ class LeanLlamaDecoder:
             gate, up = project(layer.gate_up, F.rms_norm(hidden, norm_shape, layer.post_norm, eps)).chunk(
                 2, dim=-1
             )
-            hidden = hidden + project(layer.down, F.silu(gate) * up)
+            hidden = hidden + project_down(layer.down, F.silu(gate) * up)
         self._tokens.extend(token_ids)
         if not logits:
             return hidden.new_empty(0)
         hidden = F.rms_norm(hidden, norm_shape, self.final_norm, eps)
         return project(self.lm_head, hidden).float()
+
+
+def _piece_end(done: int, chunk: int, tail_start: int) -> int:
+    """The end of the prompt piece read from `done`: at most `chunk` tokens, and none across the tail's start."""
+    end = done + chunk
+    return min(end, tail_start) if done < tail_start else end
 
 
 def _choose_tokens(linear: Linear, x: torch.Tensor) -> torch.Tensor:

@@ -130,16 +130,13 @@ class RowwiseInt8Linear:
     Qwen2.5-Coder-0.5B's greedy tokens agree with int8-weight fp32 ones as often as without activation
     quantization (506 of 512 on this project's files, measured when the second pass took its own row maximum;
     its scale is now the first's / 126, which bounds the same error). Reading a prompt (`read_prompt`) takes one pass: twice
-    as fast where the integer matmul is compute-bound, at the price of rougher keys and values; a projection
-    built with `two_pass_prompt` reads prompts in both passes (where one pass errs most: `engine.lean`).
+    as fast where the integer matmul is compute-bound, at the price of rougher keys and values (the lean
+    decoder reads a prompt's last tokens in both passes where one pass errs most: `engine.lean`).
     """
 
-    def __init__(
-        self, weight: torch.Tensor, bias: torch.Tensor | None = None, *, two_pass_prompt: bool = False
-    ) -> None:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         codes, scales = quantize_int8(weight)
         out_features, in_features = codes.shape
-        self.two_pass_prompt = two_pass_prompt
         padded = torch.cat([codes, codes.new_zeros(out_features, 2)], dim=1)
         with warnings.catch_warnings():  # torch's quantized tensors warn that torchao will replace them
             warnings.simplefilter("ignore")
@@ -164,8 +161,6 @@ class RowwiseInt8Linear:
         return self._finish(y, x)
 
     def read_prompt(self, x: torch.Tensor) -> torch.Tensor:
-        if self.two_pass_prompt:
-            return self(x)
         flat, rows = self._rows(x)
         scales, scaled = _row_scales(flat)
         codes = self._codes(rows)
@@ -289,16 +284,14 @@ def make_linear(
     quantization: Quantization,
     *,
     dense_for_many: bool = False,
-    two_pass_prompt: bool = False,
 ) -> Linear:
     """The projection in `quantization` (int4 falls back to int8 where its packing does not fit the shape);
     with `dense_for_many` a quantized one keeps the full-precision weights too, for inputs of more than
-    QUANTIZED_MAX_ROWS rows (`SplitLinear`); with `two_pass_prompt` a W8A8 one reads prompts as it
-    chooses tokens (`RowwiseInt8Linear`)."""
+    QUANTIZED_MAX_ROWS rows (`SplitLinear`)."""
     if quantization == "none":
         return _dense_linear(weight, bias)
     if quantization == "w8a8":  # reads prompts in its own fast pass: no full-precision copy needed
-        return RowwiseInt8Linear(weight, bias, two_pass_prompt=two_pass_prompt)
+        return RowwiseInt8Linear(weight, bias)
     # A projection whose shape the int4 packing cannot take (an odd vocabulary) gets int8 instead.
     int4 = quantization == "int4" and int4_fits(weight)
     quantized: Linear = Int4Linear(weight, bias) if int4 else Int8Linear(weight, bias)

@@ -22,9 +22,10 @@ from engine_core_support import (
 from engine.api import CompletionRequest
 from engine.drafters.length import FixedDraftPolicy
 from engine.hardware import OVERHEAD_BOUND_PARAMS, choose_target_quantization
-from engine.lean import LeanLlamaDecoder
+from engine.lean import TWO_PASS_DOWN_TAIL, LeanLlamaDecoder
 from engine.precision import top2_margin
 from engine.quantize import RowwiseInt8Linear, quantize_int8, rowwise_int8_available
+from engine.runtime import build_draft_decoder, build_target_decoder
 
 pytestmark = pytest.mark.skipif(not rowwise_int8_available(), reason="no fbgemm in this torch build")
 
@@ -83,28 +84,45 @@ def test_token_choosing_rows_are_as_accurate_as_int8_weights_and_prompt_rows_clo
     assert precise < one_pass / 5
 
 
-def test_a_two_pass_prompt_projection_reads_prompts_as_it_chooses_tokens() -> None:
-    weight, bias = weights()
-    two_pass = RowwiseInt8Linear(weight, bias, two_pass_prompt=True)
-    x = activations(16)
-    assert torch.equal(two_pass.read_prompt(x), two_pass(x))
-    assert not torch.equal(RowwiseInt8Linear(weight, bias).read_prompt(x), two_pass(x))
+def read_in_two_calls(model: Any, ids: list[int], head: int, tail_passes: int) -> LeanLlamaDecoder:
+    """A W8A8 decoder that read `ids[:head]` in one pass and the rest with `tail_passes` in the down
+    projection (1: one pass; 2: both), as two prompt reads."""
+    decoder = LeanLlamaDecoder(model, quantization="w8a8")
+    decoder.prefill(ids[:head])
+    decoder.two_pass_down_tail = 0 if tail_passes == 1 else len(ids)
+    decoder.prefill(ids[head:])
+    return decoder
 
 
-def test_w8a8_reads_prompts_in_two_passes_in_the_down_projections_only_when_asked() -> None:
+def test_w8a8_reads_the_last_tokens_of_a_prompt_in_both_passes_in_the_down_projection() -> None:
     model = tiny_llama(seed=3, hidden=64)
-    served = LeanLlamaDecoder(model, quantization="w8a8")
-    asked = LeanLlamaDecoder(model, quantization="w8a8", two_pass_down=True)
-    for layer in served.layers:
-        assert not any(linear.two_pass_prompt for linear in (layer.qkv, layer.o, layer.gate_up, layer.down))
-    for layer in asked.layers:
-        assert layer.down.two_pass_prompt
-        assert not any(linear.two_pass_prompt for linear in (layer.qkv, layer.o, layer.gate_up))
-    # The flag reaches prompt reading: the two caches part after the first layer's down projection.
-    for decoder in (served, asked):
-        decoder.prefill(prompt_ids(40))
-    assert torch.equal(served.values[0], asked.values[0])
-    assert not torch.equal(served.values[1:], asked.values[1:])
+    ids = prompt_ids(40)
+    tail = LeanLlamaDecoder(model, quantization="w8a8", two_pass_down_tail=10)
+    tail.prefill(ids)
+    stopped_never = LeanLlamaDecoder(model, quantization="w8a8", two_pass_down_tail=10)
+    assert stopped_never.prefill_interruptibly(ids, lambda: False) == len(ids)
+    both = read_in_two_calls(model, ids, head=30, tail_passes=2)
+    one = read_in_two_calls(model, ids, head=30, tail_passes=1)
+    for decoder in (tail, stopped_never):  # the first 30 tokens in one pass, the last 10 in both
+        assert torch.equal(decoder.keys[:, :, :40], both.keys[:, :, :40])
+        assert torch.equal(decoder.values[:, :, :40], both.values[:, :, :40])
+    # Two passes reach the cache: after the first layer's down projection, only the tail's rows part.
+    assert torch.equal(both.values[:, :, :30], one.values[:, :, :30])
+    assert torch.equal(both.values[0, :, :40], one.values[0, :, :40])
+    assert not torch.equal(both.values[1:, :, 30:40], one.values[1:, :, 30:40])
+
+
+def test_only_a_w8a8_target_reads_a_tail_in_two_passes() -> None:
+    model = tiny_llama(seed=3, hidden=64)
+    ids = prompt_ids(40)
+    fp32, fp32_tail = LeanLlamaDecoder(model), LeanLlamaDecoder(model, two_pass_down_tail=10)
+    for decoder in (fp32, fp32_tail):
+        decoder.prefill(ids)
+    assert torch.equal(fp32.values[:, :, :40], fp32_tail.values[:, :, :40])  # nothing to read twice
+    target, _ = build_target_decoder(model, None, 64, runtime="torch", quantization="w8a8")
+    draft, _ = build_draft_decoder(model, 64, quantization="w8a8")
+    assert getattr(target, "two_pass_down_tail", None) == TWO_PASS_DOWN_TAIL > 0
+    assert getattr(draft, "two_pass_down_tail", None) == 0  # a draft's rounding never changes the output
 
 
 def test_the_lean_decoder_in_w8a8_agrees_with_fp32_on_a_tiny_model() -> None:
