@@ -55,9 +55,9 @@ LEAN_ENGINES = ("lean-fp32", "lean-bf16", "lean-int8", "lean-int4", "lean-w8a8")
 # batched kernels instead, to show what exactness costs. Not lossless. (W8A8 runs batched attention anyway.)
 BATCHED = "-batched"
 BATCHED_ENGINES = ("lean-fp32" + BATCHED,)
-# W8A8 reads a prompt in one pass but its last TWO_PASS_DOWN_TAIL tokens in both passes in the MLP's down
-# projection; these engines read the whole prompt in one pass, or in both there, to show what the tail costs
-# and what the whole would. Not the default.
+# W8A8 reads a long prompt in one pass but its last TWO_PASS_DOWN_TAIL tokens in both passes in the MLP's down
+# projection; these engines read every prompt in one pass, or all of it in both there, to show what the tail
+# costs and what the whole would. Not the default.
 ONE_PASS, TWO_PASS_DOWN = "-one-pass", "-two-pass-down"
 PROMPT_PASS_ENGINES = ("lean-w8a8" + ONE_PASS, "lean-w8a8" + TWO_PASS_DOWN)
 ENGINES = (*LEAN_ENGINES, "llama.cpp")
@@ -154,6 +154,7 @@ class Engines:
                 decoder.two_pass_down_tail = 0  # type: ignore[attr-defined]
             if name.endswith(TWO_PASS_DOWN):
                 decoder.two_pass_down_tail = window  # type: ignore[attr-defined]
+                decoder.two_pass_down_min_read = 0  # type: ignore[attr-defined]
             self.decoders[name] = decoder
             if runtime == "torch":
                 self.matmuls[name] = _matmul_runner(decoder)

@@ -46,11 +46,14 @@ FEW_QUERIES = 8
 INTERRUPTIBLE_CHUNK = 128
 # W8A8 reads prompts in one 7-bit pass (`RowwiseInt8Linear.read_prompt`); in the MLP's down projection, whose
 # input (the SwiGLU product) has rows led by a few large channels, that errs ~10% of the output against 1-7%
-# elsewhere. A target reads the last this many tokens of every prompt read in both passes there: the tokens
-# nearest the cursor (a FIM prompt ends with the suffix and the cursor's line). Measured on 475 line starts
-# (the 0.5B, AVX2 emulated): as many exact first lines as the whole prompt in two passes (which read prompts
-# ~1.25x slower and cost an AVX2 typist characters), for one pass's time on all but the tail. docs/precision.md.
+# elsewhere. A target reading at least TWO_PASS_DOWN_MIN_READ prompt tokens at once (a file opened, a jump, a
+# paste) reads the last TWO_PASS_DOWN_TAIL of them in both passes there: the tokens nearest the cursor (a FIM
+# prompt ends with the suffix and the cursor's line). Measured on 475 line starts (the 0.5B, AVX2 emulated):
+# 173 exact first lines against one pass's 164 (the whole prompt in two passes: 171, ~1.25x the time). The
+# keystroke loop's re-reads are shorter and stay in one pass: read in two passes they cost an AVX2 typist
+# ghost text (37-50% of keys against 49-51%) and answers in time. docs/precision.md.
 TWO_PASS_DOWN_TAIL = 128
+TWO_PASS_DOWN_MIN_READ = 512
 # In fp32 (the exact reference) a forward that chooses tokens runs its projections on blocks of exactly this
 # many rows, zero-padded: measured on an AMD EPYC (Zen 4), an fp32 matmul of 1-3 rows (5-7 and 9-11 on two
 # threads) rounds differently from the same rows in a larger one, while every row of a fixed shape rounds
@@ -136,6 +139,7 @@ class LeanLlamaDecoder:
         dense_for_many: bool = False,
         rows_as_steps: bool | None = None,
         two_pass_down_tail: int = 0,
+        two_pass_down_min_read: int = 0,
     ) -> None:
         if not supports_lean(model):
             raise ValueError(
@@ -160,9 +164,11 @@ class LeanLlamaDecoder:
         # parts from plain output only at near-ties, as bf16 does.
         exact = self.dtype == torch.float32 and self.quantization == "none"
         self.rows_as_steps = exact if rows_as_steps is None else rows_as_steps
-        # The last `two_pass_down_tail` tokens of a prompt read take both W8A8 passes in the down projection
-        # (TWO_PASS_DOWN_TAIL); a draft's rounding never changes the output, so it keeps 0.
+        # The last `two_pass_down_tail` tokens of a prompt read of at least `two_pass_down_min_read` take both
+        # W8A8 passes in the down projection (TWO_PASS_DOWN_TAIL); a draft's rounding never changes the output,
+        # so it keeps 0.
         self.two_pass_down_tail = two_pass_down_tail
+        self.two_pass_down_min_read = two_pass_down_min_read
         with torch.inference_mode():
             inner: Any = model.model
             self.embed = inner.embed_tokens.weight
@@ -265,8 +271,8 @@ class LeanLlamaDecoder:
         return done
 
     def _tail_start(self, count: int) -> int:
-        """Where the tail read in two passes starts among `count` prompt tokens (W8A8 only)."""
-        if self.quantization != "w8a8":
+        """Where the tail read in two passes starts among `count` prompt tokens read at once (W8A8 only)."""
+        if self.quantization != "w8a8" or count < self.two_pass_down_min_read:
             return count
         return max(0, count - self.two_pass_down_tail)
 

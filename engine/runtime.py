@@ -86,7 +86,7 @@ def build_target_decoder(
     decoder frees the HF weights it replaces (`LeanLlamaDecoder`), so `model` must not run again."""
 
     from engine.hf_decoder import HFDecoder
-    from engine.lean import TWO_PASS_DOWN_TAIL, LeanLlamaDecoder, supports_lean
+    from engine.lean import TWO_PASS_DOWN_MIN_READ, TWO_PASS_DOWN_TAIL, LeanLlamaDecoder, supports_lean
     from engine.llama_cpp_decoder import find_gguf, llama_cpp_available
 
     device_type = model.device.type
@@ -114,7 +114,12 @@ def build_target_decoder(
         checked: Quantization = quantization  # type: ignore[assignment]  # validated by choose_runtime
         weights = dtype if quantization == "none" else f"{dtype} + {quantization} weights"
         lean = LeanLlamaDecoder(
-            model, window, checked, release=release, two_pass_down_tail=TWO_PASS_DOWN_TAIL
+            model,
+            window,
+            checked,
+            release=release,
+            two_pass_down_tail=TWO_PASS_DOWN_TAIL,
+            two_pass_down_min_read=TWO_PASS_DOWN_MIN_READ,
         )
         why = f"{reason}; {quantization_reason}" if quantization_reason else reason
         if device_type == "cpu":

@@ -22,7 +22,7 @@ from engine_core_support import (
 from engine.api import CompletionRequest
 from engine.drafters.length import FixedDraftPolicy
 from engine.hardware import OVERHEAD_BOUND_PARAMS, choose_target_quantization
-from engine.lean import TWO_PASS_DOWN_TAIL, LeanLlamaDecoder
+from engine.lean import TWO_PASS_DOWN_MIN_READ, TWO_PASS_DOWN_TAIL, LeanLlamaDecoder
 from engine.precision import top2_margin
 from engine.quantize import RowwiseInt8Linear, quantize_int8, rowwise_int8_available
 from engine.runtime import build_draft_decoder, build_target_decoder
@@ -112,6 +112,24 @@ def test_w8a8_reads_the_last_tokens_of_a_prompt_in_both_passes_in_the_down_proje
     assert not torch.equal(both.values[1:, :, 30:40], one.values[1:, :, 30:40])
 
 
+def test_a_w8a8_read_shorter_than_the_minimum_stays_in_one_pass() -> None:
+    """The keystroke loop's short re-reads: the whole read in one pass, the same cache as without a tail."""
+    model = tiny_llama(seed=3, hidden=64)
+    ids = prompt_ids(40)
+    short = LeanLlamaDecoder(model, quantization="w8a8", two_pass_down_tail=10, two_pass_down_min_read=41)
+    short.prefill(ids)
+    one = read_in_two_calls(model, ids, head=30, tail_passes=1)
+    long_enough = LeanLlamaDecoder(
+        model, quantization="w8a8", two_pass_down_tail=10, two_pass_down_min_read=40
+    )
+    long_enough.prefill(ids)
+    without_tail = LeanLlamaDecoder(model, quantization="w8a8")
+    without_tail.prefill(ids)
+    assert torch.equal(short.values[:, :, :40], without_tail.values[:, :, :40])
+    assert not torch.equal(long_enough.values[:, :, :40], without_tail.values[:, :, :40])
+    assert torch.equal(one.values[:, :, :30], long_enough.values[:, :, :30])
+
+
 def test_only_a_w8a8_target_reads_a_tail_in_two_passes() -> None:
     model = tiny_llama(seed=3, hidden=64)
     ids = prompt_ids(40)
@@ -122,6 +140,7 @@ def test_only_a_w8a8_target_reads_a_tail_in_two_passes() -> None:
     target, _ = build_target_decoder(model, None, 64, runtime="torch", quantization="w8a8")
     draft, _ = build_draft_decoder(model, 64, quantization="w8a8")
     assert getattr(target, "two_pass_down_tail", None) == TWO_PASS_DOWN_TAIL > 0
+    assert getattr(target, "two_pass_down_min_read", None) == TWO_PASS_DOWN_MIN_READ > TWO_PASS_DOWN_TAIL
     assert getattr(draft, "two_pass_down_tail", None) == 0  # a draft's rounding never changes the output
 
 
