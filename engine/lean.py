@@ -53,7 +53,7 @@ INTERRUPTIBLE_CHUNK = 128
 # keystroke loop's re-reads are shorter and stay in one pass: read in two passes they cost an AVX2 typist
 # ghost text (37-50% of keys against 49-51%) and answers in time. docs/precision.md.
 TWO_PASS_DOWN_TAIL = 128
-TWO_PASS_DOWN_MIN_READ = 512
+TWO_PASS_DOWN_MIN_READ = 256
 # In fp32 (the exact reference) a forward that chooses tokens runs its projections on blocks of exactly this
 # many rows, zero-padded: measured on an AMD EPYC (Zen 4), an fp32 matmul of 1-3 rows (5-7 and 9-11 on two
 # threads) rounds differently from the same rows in a larger one, while every row of a fixed shape rounds
