@@ -324,9 +324,10 @@ class LeanLlamaDecoder:
             mask = float_mask.to(self.dtype)
         # Reading a prompt chooses no token: projections may take their faster path (W8A8's single pass).
         project: Callable[[Linear, torch.Tensor], torch.Tensor] = _choose_tokens if logits else read_prompt
-        project_down = _choose_tokens if two_pass_down else project
         if rows_as_steps and self.quantization == "none":  # quantized rows take their own kernels' shapes
             project = _project_rows
+        # A prompt's tail may read the down projection as a token choice would (TWO_PASS_DOWN_TAIL).
+        project_down = _choose_tokens if two_pass_down else project
         heads, kv_heads, head_dim = self.num_heads, self.num_kv_heads, self.head_dim
         rotated_width = (heads + kv_heads) * head_dim  # q and k columns of the fused projection
         norm_shape, eps = (self.hidden_size,), self.eps

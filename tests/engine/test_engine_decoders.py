@@ -158,9 +158,9 @@ def test_an_interrupted_lean_prefill_resumes_from_the_layer_where_it_stopped(mon
     layers_run = []
     original = decoder._run
 
-    def counting(token_ids, logits, should_stop=None, resume=None):  # type: ignore[no-untyped-def]
+    def counting(token_ids, logits, should_stop=None, resume=None, two_pass_down=False):  # type: ignore[no-untyped-def]
         layers_run.append((len(token_ids), resume.layers if resume is not None else 0))
-        return original(token_ids, logits, should_stop, resume)
+        return original(token_ids, logits, should_stop, resume, two_pass_down)
 
     decoder._run = counting  # type: ignore[method-assign]
     assert decoder.prefill_interruptibly(ids[16:40], lambda: False) == 24
