@@ -48,10 +48,10 @@ INTERRUPTIBLE_CHUNK = 128
 # input (the SwiGLU product) has rows led by a few large channels, that errs ~10% of the output against 1-7%
 # elsewhere. A target reading at least TWO_PASS_DOWN_MIN_READ prompt tokens at once (a file opened, a jump, a
 # paste) reads the last TWO_PASS_DOWN_TAIL of them in both passes there: the tokens nearest the cursor (a FIM
-# prompt ends with the suffix and the cursor's line). Measured on 475 line starts (the 0.5B, AVX2 emulated):
-# 173 exact first lines against one pass's 164 (the whole prompt in two passes: 171, ~1.25x the time). The
-# keystroke loop's re-reads are shorter and stay in one pass: read in two passes they cost an AVX2 typist
-# ghost text (37-50% of keys against 49-51%) and answers in time. docs/precision.md.
+# prompt ends with the suffix and the cursor's line). With the tail on every read, 475 line starts (the 0.5B,
+# AVX2 emulated) had 173 exact first lines against one pass's 164 (the whole prompt in two passes: 171, at
+# ~1.25x the time), but the keystroke loop's re-reads are that short, and an AVX2 typist lost ghost text
+# (37-50% of keys against 49-56%): shorter reads stay in one pass. docs/precision.md.
 TWO_PASS_DOWN_TAIL = 128
 TWO_PASS_DOWN_MIN_READ = 256
 # In fp32 (the exact reference) a forward that chooses tokens runs its projections on blocks of exactly this
