@@ -51,7 +51,8 @@ INTERRUPTIBLE_CHUNK = 128
 # prompt ends with the suffix and the cursor's line). With the tail on every read, 475 line starts (the 0.5B,
 # AVX2 emulated) had 173 exact first lines against one pass's 164 (the whole prompt in two passes: 171, at
 # ~1.25x the time), but the keystroke loop's re-reads are that short, and an AVX2 typist lost ghost text
-# (37-50% of keys against 49-56%): shorter reads stay in one pass. docs/precision.md.
+# (37-50% of keys against 49-56%): shorter reads stay in one pass, and the line starts still gave 173.
+# docs/precision.md.
 TWO_PASS_DOWN_TAIL = 128
 TWO_PASS_DOWN_MIN_READ = 256
 # In fp32 (the exact reference) a forward that chooses tokens runs its projections on blocks of exactly this
