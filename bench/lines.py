@@ -15,6 +15,9 @@ Scored per suggestion:
 - degeneration guard: the repetition stop rule cut the suggestion;
 - first-line confidence: the lowest probability the model gave a token of the suggestion's first line
   (`lsp_server.context.gate.first_line_confidence`, the server's gate, stop rule 9).
+Each line start is also named by its kind (`line_kinds`): prose (a docstring, or a line inside a string that
+spans lines) or code, and the exact next line is given for each: prose written for this project is the
+hardest line to foresee, and projects hold different shares of it.
 
 The gate (`minFirstLineProbability`) is off while the positions run, so every suggestion and its confidence
 is seen; it is applied afterwards, which is what the server does while it generates (a suggestion whose first
@@ -31,9 +34,11 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import io
 import os
 import sys
 import time
+import tokenize
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -56,6 +61,7 @@ GOALS = {"non_empty": 0.95, "indentation_ok": 1.0, "marker_text": 0.0, "exact_fi
 MIN_LINES = 20  # shorter files give too little context
 SKIPPED_PREFIXES = ("#", "@")  # comment and decorator lines: not what a new line after Enter usually holds
 IMPORT_PREFIXES = ("from ", "import ")  # --import-lines: the line starts where import steering applies
+CODE, PROSE = "code", "prose"  # a line start's kind (`line_kinds`)
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,7 @@ class LinePosition:
     document: str  # the file with the cursor line's code removed
     offset: int  # the cursor: after the line's indentation
     removed: str  # the code that was on the line
+    kind: str = CODE  # CODE or PROSE (`line_kinds`)
 
 
 @dataclass
@@ -114,6 +121,7 @@ class Outcome:
     wall_s: float
     rules_fired: list[str] = field(default_factory=list)
     first_line_confidence: float | None = None  # lowest token probability of the first line (None: unknown)
+    kind: str = CODE  # the line's kind, CODE or PROSE (`line_kinds`)
 
 
 def line_positions(
@@ -136,6 +144,7 @@ def _all_line_positions(
         lines = text.split("\n")
         if len(lines) < MIN_LINES:
             continue
+        prose = prose_lines(text)
         code = [
             i
             for i, line in enumerate(lines)
@@ -150,8 +159,37 @@ def _all_line_positions(
             start = sum(len(earlier) + 1 for earlier in lines[:index])
             offset = start + len(indent)
             document = text[:offset] + text[start + len(line) :]
-            positions.append(LinePosition(f"{relative}:{index + 1}", document, offset, line[len(indent) :]))
+            kind = PROSE if index in prose else CODE
+            positions.append(
+                LinePosition(f"{relative}:{index + 1}", document, offset, line[len(indent) :], kind)
+            )
     return positions
+
+
+def prose_lines(text: str) -> set[int]:
+    """The lines (0-based) of Python source that start in prose: a string standing as a statement of its own
+    (a docstring) from its first line, and the later lines of any string that spans lines (its text). Source
+    Python cannot tokenize has none."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return set()
+    prose: set[int] = set()
+    starts_statement = True
+    for index, token in enumerate(tokens):
+        if token.type == tokenize.STRING:
+            first, last = token.start[0] - 1, token.end[0] - 1
+            following = next((t for t in tokens[index + 1 :] if t.type != tokenize.COMMENT), None)
+            if (
+                starts_statement
+                and following is not None
+                and following.type in (tokenize.NEWLINE, tokenize.ENDMARKER)
+            ):
+                prose.add(first)
+            prose.update(range(first + 1, last + 1))
+        if token.type not in (tokenize.NL, tokenize.COMMENT):
+            starts_statement = token.type in (tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT)
+    return prose
 
 
 def first_line(text: str) -> str:
@@ -303,6 +341,7 @@ def score_model(
                 first_line_confidence=first_line_confidence(
                     result.text, result.token_probs, result.token_ends
                 ),
+                kind=position.kind,
             )
         )
     return {
@@ -351,6 +390,11 @@ def summarize(outcomes: Sequence[Outcome]) -> dict[str, Any]:
         "healed": share(outcomes, "forced_prefix"),
         "median_wall_s": median([o.wall_s for o in outcomes]),
         "median_new_tokens": median([float(o.new_tokens) for o in outcomes]),
+        "by_kind": {
+            kind: {"positions": len(items), "exact_first_line": share(items, "exact_first_line")}
+            for kind in (CODE, PROSE)
+            if (items := [o for o in outcomes if o.kind == kind])
+        },
     }
 
 
@@ -551,6 +595,7 @@ def markdown_report(result: dict[str, Any]) -> str:
         f">= {percent(goals['exact_first_line'])}. Indentation is scored over the non-empty suggestions; "
         "edit similarity is difflib's ratio of the first suggested line and the true line.\n",
     ]
+    lines.extend(kinds_markdown(model) for model in result["models"] if model["summary"].get("by_kind"))
     for model in result["models"]:
         if "gate" in model:
             lines.append(gate_markdown(model_name(model), model["gate"]))
@@ -562,6 +607,18 @@ def markdown_report(result: dict[str, Any]) -> str:
         ]
         lines.append(markdown_table(["position", "true line", "suggested first line"], sample))
     return "".join(lines)
+
+
+def kinds_markdown(model: Mapping[str, Any]) -> str:
+    """One sentence: the exact next line at code and at prose line starts."""
+    parts = [
+        f"{kind} {percent(scores['exact_first_line'])} of {scores['positions']}"
+        for kind, scores in model["summary"]["by_kind"].items()
+    ]
+    return (
+        f"\n{model_name(model)}, exact next line by the line's kind (prose: a docstring, or a line inside a "
+        f"string that spans lines): {'; '.join(parts)}.\n"
+    )
 
 
 def gate_markdown(name: str, gate: dict[str, Any]) -> str:

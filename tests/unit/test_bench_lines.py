@@ -19,8 +19,10 @@ from bench.lines import (
     fit_threshold,
     gate_scores,
     line_positions,
+    prose_lines,
     run_lines,
     split_by_file,
+    summarize,
     write_report,
 )
 from tests.unit.bench_support import save_tiny_pair
@@ -49,6 +51,35 @@ def test_import_lines_only_picks_the_line_starts_of_import_lines() -> None:
         "import os",
         "from .m import a",
     ]  # an indented one is not among the imports
+
+
+def test_docstrings_and_the_inner_lines_of_long_strings_are_prose_other_lines_code() -> None:
+    source = [
+        "def f(a):",  # 0
+        '    """One line of docstring."""',  # 1 prose
+        '    text = """first',  # 2 code: the assignment starts here
+        "    inside the string",  # 3 prose
+        '    """',  # 4 prose: still the string
+        '    call("an argument",',  # 5 code
+        '         "another")',  # 6 code: a string in a call, not a statement
+        '    """A docstring-like statement',  # 7 prose
+        '    over two lines."""  # and a comment',  # 8 prose
+        "    return a",  # 9 code
+    ]
+    assert prose_lines("\n".join(source)) == {1, 3, 4, 7, 8}
+    assert prose_lines('def f(:\n    """unclosed') == set()  # not Python: no prose claimed
+    positions = line_positions([("m.py", "\n".join(source * 3))], count=30, per_file=30)
+    kinds = {int(p.name.split(":")[1]) - 1: p.kind for p in positions}
+    assert kinds[1] == "prose" and kinds[2] == "code" and kinds[9] == "code"
+
+
+def test_the_summary_gives_the_exact_next_line_by_the_lines_kind() -> None:
+    outcomes = [_outcome("a.py:1", True, 0.9), _outcome("a.py:2", False, 0.9), _outcome("a.py:3", True, 0.9)]
+    outcomes[1].kind = outcomes[2].kind = "prose"
+    assert summarize(outcomes)["by_kind"] == {
+        "code": {"positions": 1, "exact_first_line": 1.0},
+        "prose": {"positions": 2, "exact_first_line": 0.5},
+    }
 
 
 def test_edit_similarity_is_one_for_equal_lines_and_lower_otherwise() -> None:
@@ -90,6 +121,7 @@ def test_lines_smoke_writes_json_markdown_and_png(tiny_pair: tuple[Path, Path], 
     assert json.loads(paths[0].read_text())["models"][0]["summary"]["positions"] >= 2
     report = paths[1].read_text()
     assert "exact next line" in report and "precision (exact among shown)" in report
+    assert "exact next line by the line's kind" in report and "code " in report
     # the table names what the matmuls read, as the server ran them
     assert model["runtime"].startswith(("lean", "transformers")) and f"({model['weights']}," in report
 
