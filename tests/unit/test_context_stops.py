@@ -165,7 +165,7 @@ NOT_LOOPS = [
     "print(a[0], a[1], a[2], a[3], a[4], a[5])",
     "zeros = [0, 0, 0, 0, 0, 0, 0, 0]",
     "return (None, None, None, None, None)",
-    "line = '-' * 72  # ------------------------------",
+    "# ------------------------------\n    line = '-' * 72",  # a rule of dashes in a comment line of its own
     "fmt = '%s %s %s %s %s' % (a, b, c, d, e)",
     "data = b'\\x00\\x00\\x00\\x00\\x00\\x00'",
     "uid = 'ffffffff-ffff-ffff-ffff-ffffffffffff'",
@@ -209,3 +209,53 @@ def test_marker_text_from_any_backend_ends_the_completion(marker: str) -> None:
     assert _streamed(ctx, f"return x{marker}\n    return y") == "return x"
     assert finalize_completion(f"return x{marker} + 1", ctx) == "return x"
     assert ctx.stop_rules is not None and "marker" in ctx.stop_rules.fired
+
+
+COMMENT_CASES = [
+    # a comment after code ends the suggestion after the code; a comment line of its own is kept
+    ("python", "def f(x):\n    █\n", "y = x + 1  # add one\n    return y\n", "y = x + 1"),
+    (
+        "python",
+        "def f(x):\n    █\n",
+        "# add one\n    y = x + 1\n    return y\n",
+        "# add one\n    y = x + 1\n    return y",
+    ),
+    ("python", "def f(x):\n    █\n", "y = x + 1\n    return y  # done\n", "y = x + 1\n    return y"),
+    # a hash inside a string is not a comment
+    ("python", "def f(x):\n    █\n", 'y = "#1" + x  # first\n', 'y = "#1" + x'),
+    # the code before the cursor counts: a comment is all that is left
+    ("python", "x = compute()█\n", "  # the answer\n", ""),
+    # a tool's directive stays, also while it is still being written
+    ("python", "█\n\nprint(os)\n", "import os  # noqa: F401\n", "import os  # noqa: F401"),
+    (
+        "python",
+        "def f(x):\n    █\n",
+        "return g(x)  # type: ignore[no-any-return]\n",
+        "return g(x)  # type: ignore[no-any-return]",
+    ),
+    ("python", "def f(x):\n    █\n", "return g(x)  # not typed\n", "return g(x)"),
+    # in a comment the cursor is writing, a later hash is the author's prose
+    ("python", "x = 1  # one █\n", "or # two", "or # two"),
+    ("javascript", "function f(a) {\n  █\n}\n", "return a + 1; // plus one\n}\n", "return a + 1;"),
+    (
+        "javascript",
+        "function f(a) {\n  █\n}\n",
+        "return a; // eslint-disable-line\n}\n",
+        "return a; // eslint-disable-line",
+    ),
+]
+
+
+@pytest.mark.parametrize(("language", "marked", "generated", "expected"), COMMENT_CASES)
+def test_a_comment_after_code_is_not_suggested_unless_it_is_a_directive(
+    language: str, marked: str, generated: str, expected: str
+) -> None:
+    ctx = _context(language, marked)
+    assert _streamed(ctx, generated) == expected
+    assert finalize_completion(generated, ctx) == expected
+
+
+def test_the_comment_rule_names_itself_among_the_rules_that_fired() -> None:
+    ctx = _context("python", "def f(x):\n    █\n")
+    assert _streamed(ctx, "y = x + 1  # add one\n") == "y = x + 1"
+    assert ctx.stop_rules is not None and ctx.stop_rules.fired == {"comment"}
