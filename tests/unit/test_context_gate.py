@@ -111,8 +111,8 @@ KEPT = [
     (IN_BODY, "Explanation = r * 2\n    return Explanation"),
     (IN_BODY, 'Note: str = "radius"\n    return r'),
     (IN_BODY, "return [Item for item in r.items]"),
-    (IN_BODY, "x = '```'  # a fence in a string\n    return x"),
-    (IN_BODY, "return x  # ``` in a comment"),
+    (IN_BODY, "x = '```'\n    return x"),  # a fence in a string
+    (IN_BODY, "# ``` in a comment\n    return x"),
     (IN_BODY, "if Foo is not None:\n        return 1"),
     (IN_BODY, "def f(*args, **kwargs):\n        return g(**kwargs, **extra)"),
     # a docstring the completion opens: prose and a Markdown fence are its business
