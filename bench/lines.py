@@ -391,7 +391,11 @@ def summarize(outcomes: Sequence[Outcome]) -> dict[str, Any]:
         "median_wall_s": median([o.wall_s for o in outcomes]),
         "median_new_tokens": median([float(o.new_tokens) for o in outcomes]),
         "by_kind": {
-            kind: {"positions": len(items), "exact_first_line": share(items, "exact_first_line")}
+            kind: {
+                "positions": len(items),
+                "exact": sum(o.exact_first_line for o in items),
+                "exact_first_line": share(items, "exact_first_line"),
+            }
             for kind in (CODE, PROSE)
             if (items := [o for o in outcomes if o.kind == kind])
         },
@@ -612,7 +616,7 @@ def markdown_report(result: dict[str, Any]) -> str:
 def kinds_markdown(model: Mapping[str, Any]) -> str:
     """One sentence: the exact next line at code and at prose line starts."""
     parts = [
-        f"{kind} {percent(scores['exact_first_line'])} of {scores['positions']}"
+        f"{kind} {scores['exact']} of {scores['positions']} ({percent(scores['exact_first_line'])})"
         for kind, scores in model["summary"]["by_kind"].items()
     ]
     return (

@@ -77,8 +77,8 @@ def test_the_summary_gives_the_exact_next_line_by_the_lines_kind() -> None:
     outcomes = [_outcome("a.py:1", True, 0.9), _outcome("a.py:2", False, 0.9), _outcome("a.py:3", True, 0.9)]
     outcomes[1].kind = outcomes[2].kind = "prose"
     assert summarize(outcomes)["by_kind"] == {
-        "code": {"positions": 1, "exact_first_line": 1.0},
-        "prose": {"positions": 2, "exact_first_line": 0.5},
+        "code": {"positions": 1, "exact": 1, "exact_first_line": 1.0},
+        "prose": {"positions": 2, "exact": 1, "exact_first_line": 0.5},
     }
 
 
@@ -121,7 +121,7 @@ def test_lines_smoke_writes_json_markdown_and_png(tiny_pair: tuple[Path, Path], 
     assert json.loads(paths[0].read_text())["models"][0]["summary"]["positions"] >= 2
     report = paths[1].read_text()
     assert "exact next line" in report and "precision (exact among shown)" in report
-    assert "exact next line by the line's kind" in report and "code " in report
+    assert "exact next line by the line's kind" in report and " of " in report
     # the table names what the matmuls read, as the server ran them
     assert model["runtime"].startswith(("lean", "transformers")) and f"({model['weights']}," in report
 
