@@ -15,7 +15,7 @@ Scored per suggestion:
 - degeneration guard: the repetition stop rule cut the suggestion;
 - first-line confidence: the lowest probability the model gave a token of the suggestion's first line
   (`lsp_server.context.gate.first_line_confidence`, the server's gate, stop rule 9).
-Each line start is also named by its kind (`line_kinds`): prose (a docstring, or a line inside a string that
+Each line start is also named by its kind (`prose_lines`): prose (a docstring, or a line inside a string that
 spans lines) or code, and the exact next line is given for each: prose written for this project is the
 hardest line to foresee, and projects hold different shares of it.
 
@@ -61,7 +61,7 @@ GOALS = {"non_empty": 0.95, "indentation_ok": 1.0, "marker_text": 0.0, "exact_fi
 MIN_LINES = 20  # shorter files give too little context
 SKIPPED_PREFIXES = ("#", "@")  # comment and decorator lines: not what a new line after Enter usually holds
 IMPORT_PREFIXES = ("from ", "import ")  # --import-lines: the line starts where import steering applies
-CODE, PROSE = "code", "prose"  # a line start's kind (`line_kinds`)
+CODE, PROSE = "code", "prose"  # a line start's kind (`prose_lines`)
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class LinePosition:
     document: str  # the file with the cursor line's code removed
     offset: int  # the cursor: after the line's indentation
     removed: str  # the code that was on the line
-    kind: str = CODE  # CODE or PROSE (`line_kinds`)
+    kind: str = CODE  # CODE or PROSE (`prose_lines`)
 
 
 @dataclass
@@ -121,7 +121,7 @@ class Outcome:
     wall_s: float
     rules_fired: list[str] = field(default_factory=list)
     first_line_confidence: float | None = None  # lowest token probability of the first line (None: unknown)
-    kind: str = CODE  # the line's kind, CODE or PROSE (`line_kinds`)
+    kind: str = CODE  # the line's kind, CODE or PROSE (`prose_lines`)
 
 
 def line_positions(

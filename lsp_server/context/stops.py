@@ -47,17 +47,19 @@ _QUOTES = "\"'`"
 _TRIPLE_QUOTES = ('"""', "'''")
 
 
-def _bracket_events(text: str, line_comment: str) -> list[tuple[int, str]]:
+def _bracket_events(text: str, line_comment: str) -> tuple[tuple[int, str], ...]:
     """(index, bracket) for every bracket outside string literals and line comments."""
     return _lex(text, line_comment)[0]
 
 
-def comment_starts(text: str, line_comment: str) -> list[int]:
+def comment_starts(text: str, line_comment: str) -> tuple[int, ...]:
     """Where each line comment outside string literals starts."""
-    return _lex(text, line_comment)[1] if line_comment else []
+    return _lex(text, line_comment)[1] if line_comment else ()
 
 
-def _lex(text: str, line_comment: str) -> tuple[list[tuple[int, str]], list[int]]:
+# Rules 4 and 10 read the same text at each token: it is lexed once.
+@functools.lru_cache(maxsize=4)
+def _lex(text: str, line_comment: str) -> tuple[tuple[tuple[int, str], ...], tuple[int, ...]]:
     """(index, bracket) for every bracket outside string literals and line comments, and where each line
     comment starts (a light lexer).
 
@@ -90,7 +92,7 @@ def _lex(text: str, line_comment: str) -> tuple[list[tuple[int, str]], list[int]
         elif ch in OPENERS or ch in CLOSERS:
             events.append((i, ch))
         i += 1
-    return events, comments
+    return tuple(events), tuple(comments)
 
 
 def unmatched_closers(text: str, line_comment: str = "") -> list[str]:

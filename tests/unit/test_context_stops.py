@@ -123,7 +123,33 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("language", "marked", "generated", "expected"), CASES)
+COMMENT_CASES = [
+    # a comment after code ends the suggestion after the code; a comment line of its own is kept
+    ("python", "def f(x):\n    █\n", "y = x + 1  # add one\n    return y\n", "y = x + 1"),
+    (
+        "python",
+        "def f(x):\n    █\n",
+        "# add one\n    y = x + 1\n    return y\n",
+        "# add one\n    y = x + 1\n    return y",
+    ),
+    ("python", "def f(x):\n    █\n", "y = x + 1\n    return y  # done\n", "y = x + 1\n    return y"),
+    # a hash inside a string is not a comment
+    ("python", "def f(x):\n    █\n", 'y = "#1" + x  # first\n', 'y = "#1" + x'),
+    # the code before the cursor counts: a comment is all that is left
+    ("python", "x = compute()█\n", "  # the answer\n", ""),
+    # a tool's directive too: at the line starts of bench/results the models only ever invented them
+    ("python", "█\n\nprint(os)\n", "import os  # noqa: F401\n", "import os"),
+    ("python", "def f(x):\n    █\n", "return g(x)  # type: ignore[no-any-return]\n", "return g(x)"),
+    # a marker right after a word is left alone (in a shell, `${#items[@]}` holds no comment)
+    ("python", "def f(x):\n    █\n", "return x#1\n", "return x#1"),
+    ("python", "def f(x):\n    █\n", "return g(x)  # not typed\n", "return g(x)"),
+    # in a comment the cursor is writing, a later hash is the author's prose
+    ("python", "x = 1  # one █\n", "or # two", "or # two"),
+    ("javascript", "function f(a) {\n  █\n}\n", "return a + 1; // plus one\n}\n", "return a + 1;"),
+]
+
+
+@pytest.mark.parametrize(("language", "marked", "generated", "expected"), CASES + COMMENT_CASES)
 def test_truncated_completion(language: str, marked: str, generated: str, expected: str) -> None:
     ctx = _context(language, marked)
     assert ctx.mode != "none"
@@ -209,41 +235,6 @@ def test_marker_text_from_any_backend_ends_the_completion(marker: str) -> None:
     assert _streamed(ctx, f"return x{marker}\n    return y") == "return x"
     assert finalize_completion(f"return x{marker} + 1", ctx) == "return x"
     assert ctx.stop_rules is not None and "marker" in ctx.stop_rules.fired
-
-
-COMMENT_CASES = [
-    # a comment after code ends the suggestion after the code; a comment line of its own is kept
-    ("python", "def f(x):\n    █\n", "y = x + 1  # add one\n    return y\n", "y = x + 1"),
-    (
-        "python",
-        "def f(x):\n    █\n",
-        "# add one\n    y = x + 1\n    return y\n",
-        "# add one\n    y = x + 1\n    return y",
-    ),
-    ("python", "def f(x):\n    █\n", "y = x + 1\n    return y  # done\n", "y = x + 1\n    return y"),
-    # a hash inside a string is not a comment
-    ("python", "def f(x):\n    █\n", 'y = "#1" + x  # first\n', 'y = "#1" + x'),
-    # the code before the cursor counts: a comment is all that is left
-    ("python", "x = compute()█\n", "  # the answer\n", ""),
-    # a tool's directive too: at the line starts of bench/results the models only ever invented them
-    ("python", "█\n\nprint(os)\n", "import os  # noqa: F401\n", "import os"),
-    ("python", "def f(x):\n    █\n", "return g(x)  # type: ignore[no-any-return]\n", "return g(x)"),
-    # a marker right after a word is left alone (in a shell, `${#items[@]}` holds no comment)
-    ("python", "def f(x):\n    █\n", "return x#1\n", "return x#1"),
-    ("python", "def f(x):\n    █\n", "return g(x)  # not typed\n", "return g(x)"),
-    # in a comment the cursor is writing, a later hash is the author's prose
-    ("python", "x = 1  # one █\n", "or # two", "or # two"),
-    ("javascript", "function f(a) {\n  █\n}\n", "return a + 1; // plus one\n}\n", "return a + 1;"),
-]
-
-
-@pytest.mark.parametrize(("language", "marked", "generated", "expected"), COMMENT_CASES)
-def test_a_comment_after_code_is_not_suggested(
-    language: str, marked: str, generated: str, expected: str
-) -> None:
-    ctx = _context(language, marked)
-    assert _streamed(ctx, generated) == expected
-    assert finalize_completion(generated, ctx) == expected
 
 
 def test_the_comment_rule_names_itself_among_the_rules_that_fired() -> None:
