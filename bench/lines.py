@@ -62,6 +62,9 @@ MIN_LINES = 20  # shorter files give too little context
 SKIPPED_PREFIXES = ("#", "@")  # comment and decorator lines: not what a new line after Enter usually holds
 IMPORT_PREFIXES = ("from ", "import ")  # --import-lines: the line starts where import steering applies
 CODE, PROSE = "code", "prose"  # a line start's kind (`prose_lines`)
+# Upper bounds (characters of the true line, stripped) of the length bands the exact next line is split by:
+# one long line right but for a word scores as wrong, so a set of long lines scores low whatever the model.
+LENGTH_BANDS: tuple[tuple[int | None, str], ...] = ((30, "up to 30"), (50, "31-50"), (None, "over 50"))
 
 
 @dataclass(frozen=True)
@@ -399,7 +402,22 @@ def summarize(outcomes: Sequence[Outcome]) -> dict[str, Any]:
             for kind in (CODE, PROSE)
             if (items := [o for o in outcomes if o.kind == kind])
         },
+        "by_length": {
+            band: {
+                "positions": len(items),
+                "exact": sum(o.exact_first_line for o in items),
+                "exact_first_line": share(items, "exact_first_line"),
+            }
+            for _, band in LENGTH_BANDS
+            if (items := [o for o in outcomes if length_band(o.removed) == band])
+        },
     }
+
+
+def length_band(true_line: str) -> str:
+    """The band of LENGTH_BANDS the true line's length (stripped) falls in."""
+    length = len(true_line.strip())
+    return next(name for bound, name in LENGTH_BANDS if bound is None or length <= bound)
 
 
 def _shown(outcome: Outcome, threshold: float) -> bool:
@@ -600,6 +618,7 @@ def markdown_report(result: dict[str, Any]) -> str:
         "edit similarity is difflib's ratio of the first suggested line and the true line.\n",
     ]
     lines.extend(kinds_markdown(model) for model in result["models"] if model["summary"].get("by_kind"))
+    lines.extend(lengths_markdown(model) for model in result["models"] if model["summary"].get("by_length"))
     for model in result["models"]:
         if "gate" in model:
             lines.append(gate_markdown(model_name(model), model["gate"]))
@@ -613,7 +632,7 @@ def markdown_report(result: dict[str, Any]) -> str:
     return "".join(lines)
 
 
-def kinds_markdown(model: Mapping[str, Any]) -> str:
+def kinds_markdown(model: dict[str, Any]) -> str:
     """One sentence: the exact next line at code and at prose line starts."""
     parts = [
         f"{kind} {scores['exact']} of {scores['positions']} ({percent(scores['exact_first_line'])})"
@@ -623,6 +642,15 @@ def kinds_markdown(model: Mapping[str, Any]) -> str:
         f"\n{model_name(model)}, exact next line by the line's kind (prose: a docstring, or a line inside a "
         f"string that spans lines): {'; '.join(parts)}.\n"
     )
+
+
+def lengths_markdown(model: dict[str, Any]) -> str:
+    """One sentence: the exact next line by the true line's length."""
+    parts = [
+        f"{band} characters {scores['exact']} of {scores['positions']} ({percent(scores['exact_first_line'])})"
+        for band, scores in model["summary"]["by_length"].items()
+    ]
+    return f"\n{model_name(model)}, exact next line by the true line's length: {'; '.join(parts)}.\n"
 
 
 def gate_markdown(name: str, gate: dict[str, Any]) -> str:

@@ -122,6 +122,16 @@ def test_stays_responsive_while_typing_without_cancels(tmp_path: Path) -> None:
     )
 
 
+def test_a_comment_after_the_code_is_not_suggested(tmp_path: Path) -> None:
+    # Stop rule 10: what a model writes after the code on a line (here a tool directive it invented) ends
+    # the suggestion; the ghost text and what Tab inserts are the code alone.
+    rules = [["def fib(n):\n", "    if n < 2:  # noqa: E501\n        return n\n"]]
+    result = run_builtin(tmp_path, settings=fake(rules), file_text=FIB, line=1, typed="    if")
+    assert result["ghost"] == {"row": 1, "col": len("    if"), "text": " n < 2:"}
+    assert result["lines"] == ["def fib(n):", "    if n < 2:"]
+    assert result["stats"]["stop_rules_fired"].get("comment", 0) >= 1
+
+
 def test_a_file_of_thousands_of_lines_inside_a_method(tmp_path: Path) -> None:
     # 2,420 real lines (the standard library's argparse.py); a new line in `parse_args`, under its first line.
     text = neovim_support.big_file()

@@ -82,6 +82,21 @@ def test_the_summary_gives_the_exact_next_line_by_the_lines_kind() -> None:
     }
 
 
+def test_the_summary_gives_the_exact_next_line_by_the_true_lines_length() -> None:
+    outcomes = [
+        _outcome("a.py:1", True, 0.9, line="    return a"),  # 8 characters once stripped
+        _outcome("a.py:2", False, 0.9, line="x" * 30),
+        _outcome("a.py:3", True, 0.9, line="x" * 31),
+        _outcome("a.py:4", False, 0.9, line="x" * 51),
+    ]
+    assert summarize(outcomes)["by_length"] == {
+        "up to 30": {"positions": 2, "exact": 1, "exact_first_line": 0.5},
+        "31-50": {"positions": 1, "exact": 1, "exact_first_line": 1.0},
+        "over 50": {"positions": 1, "exact": 0, "exact_first_line": 0.0},
+    }
+    assert "over 50" not in summarize(outcomes[:3])["by_length"]  # an empty band is left out
+
+
 def test_edit_similarity_is_one_for_equal_lines_and_lower_otherwise() -> None:
     assert edit_similarity("return a + b", "return a + b") == 1.0
     assert 0 < edit_similarity("return a + b", "return a - b") < 1
@@ -122,6 +137,7 @@ def test_lines_smoke_writes_json_markdown_and_png(tiny_pair: tuple[Path, Path], 
     report = paths[1].read_text()
     assert "exact next line" in report and "precision (exact among shown)" in report
     assert "exact next line by the line's kind" in report and " of " in report
+    assert "exact next line by the true line's length: up to 30 characters" in report
     # the table names what the matmuls read, as the server ran them
     assert model["runtime"].startswith(("lean", "transformers")) and f"({model['weights']}," in report
 
