@@ -177,6 +177,9 @@ class CompletionRequest:
     # Token healing: text the completion must begin with, already typed and left out of the prompt's end
     # (the word fragment before the cursor). It is generated under a constraint and left out of the result.
     forced_prefix: str = ""
+    # False: the completion may not start with a blank line after a forced prefix that ends a line (inside a
+    # Python bracket, where formatters keep none).
+    blank_line: bool = True
     # At a Python import line: the modules and names the workspace has (`ImportNames`); None elsewhere.
     import_names: ImportNames | None = None
 

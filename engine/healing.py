@@ -38,13 +38,14 @@ WHITESPACE = INDENT_CHARACTERS + LINE_BREAKS
 MOST_BLANK_LINES = 2
 
 
-def banned_after(text: str) -> str:
+def banned_after(text: str, blank_line: bool = True) -> str:
     """The characters that may not come right after a forced `text`: any whitespace after a space or tab;
-    another line break after MOST_BLANK_LINES blank lines; none after anything else."""
+    another line break after MOST_BLANK_LINES blank lines, or after any line break where no `blank_line` may
+    come (inside a bracket, `CompletionRequest.blank_line`); none after anything else."""
     last = text[-1:]
     if last and last in INDENT_CHARACTERS:
         return WHITESPACE
-    if last == "\n" and text.count("\n") > MOST_BLANK_LINES:
+    if last == "\n" and (not blank_line or text.count("\n") > MOST_BLANK_LINES):
         return LINE_BREAKS
     return ""
 
@@ -163,12 +164,18 @@ class ForcedPrefix:
     at a token boundary, the next token is checked (`awaits_next`).
     """
 
-    def __init__(self, text: str, encode: Callable[[str], list[int]], token_texts: TokenTexts) -> None:
+    def __init__(
+        self,
+        text: str,
+        encode: Callable[[str], list[int]],
+        token_texts: TokenTexts,
+        blank_line: bool = True,
+    ) -> None:
         self.text = text
         self.remaining = text
         self.encode = encode
         self.token_texts = token_texts
-        self.banned_next = banned_after(text)
+        self.banned_next = banned_after(text, blank_line)
         self.awaits_next = False  # the text is spelled exactly; the next token may not start with banned_next
         self.spelled_tokens = 0  # generated tokens that went into spelling the text (hidden from the result)
         self.overshoot = ""  # text of the last spelling token beyond the forced text ("rocess" for " subp")

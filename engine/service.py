@@ -288,7 +288,7 @@ class LocalEngine:
         )
         forced = None
         if request.forced_prefix:
-            forced = ForcedPrefix(request.forced_prefix, self.encode, self.token_texts)
+            forced = ForcedPrefix(request.forced_prefix, self.encode, self.token_texts, request.blank_line)
         imports = None
         if request.import_names is not None:
             imports = ImportLineConstraint(request.import_names, self.token_texts, request.forced_prefix)

@@ -42,5 +42,6 @@ def engine_request(
         drafter=settings.drafter,
         stop_check=ctx.stop_check,
         forced_prefix=clean(ctx.forced_prefix),
+        blank_line=ctx.blank_line,
         import_names=ctx.import_names,
     )

@@ -21,7 +21,7 @@ from lsp_server.context.fim import (
 )
 from lsp_server.context.indentation import IndentStyle, indent_style_around, reindent
 from lsp_server.context.snippets import display_path, select_snippets, snippet_tokens
-from lsp_server.context.stops import SyntaxStopRules, finalize
+from lsp_server.context.stops import SyntaxStopRules, finalize, innermost_open_indent
 from lsp_server.context.syntax import Mode, completion_mode, indent_width, literal_kind, opens_block
 from lsp_server.context.trees import tree_for_prompt
 from lsp_server.languages import language_spec
@@ -91,6 +91,7 @@ class CompletionContext:
     indent_style: IndentStyle = field(default_factory=IndentStyle)  # how the file indents
     why_none: str = ""  # with mode "none": "mid-word" or "in-literal" (a suppressed string or comment)
     import_names: ImportNames | None = None  # at a Python import line: what the workspace has to import
+    blank_line: bool = True  # False: no blank line first (inside a Python bracket, `blank_line_fits`)
 
 
 MAX_HEALED_WORD = 40  # longer runs (minified code, hashes) are not worth re-generating
@@ -281,7 +282,7 @@ def build_completion_context(
         mode=mode,
         line_before=line_before,
         suffix=text[offset : offset + 4000],
-        prefix=text[max(0, offset - 4000) : offset],
+        prefix=recent_lines(text, offset),
         block_indent=block_indent_at(text, offset, line_before, settings.tab_size),
         indent_blocks=spec.indent_blocks if spec else False,
         max_lines=settings.max_lines,
@@ -377,7 +378,27 @@ def build_completion_context(
         forced_prefix=fragment,
         indent_style=style,
         import_names=_import_names(store, doc, offset, line_before, known),
+        blank_line=blank_line_fits(doc.language, fragment, rules),
     )
+
+
+def recent_lines(text: str, offset: int, most_chars: int = 4000) -> str:
+    """The text before `offset`, its last `most_chars` characters at most, from the start of a line."""
+    start = max(0, offset - most_chars)
+    if start:
+        start = text.find("\n", start, offset) + 1 or offset
+    return text[start:offset]
+
+
+def blank_line_fits(language: str | None, forced_prefix: str, rules: SyntaxStopRules) -> bool:
+    """Whether a suggestion may start with a blank line. Not on a new line inside a bracket of Python, whose
+    formatters keep no blank line there: the 0.5B asked for one under an open parameter list (two blank lines
+    and a comment where `) -> TrainResult:` came), an empty first line at 3 of 714 line starts
+    (docs/line-starts.md). Only a forced prefix that ends in a line break can be followed by one (after
+    indentation no whitespace may follow, `engine.healing.banned_after`)."""
+    if language != "python" or not forced_prefix.endswith("\n"):
+        return True
+    return innermost_open_indent(rules.prefix, rules.line_comment, rules.tab_size) is None
 
 
 def _workspace_modules(

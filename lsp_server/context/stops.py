@@ -226,7 +226,7 @@ class SyntaxStopRules:
     # Rule 2b: what the workspace's modules hold, at a line among a Python file's imports (else None).
     later_imports: ImportNames | None = None
     suffix_closers: list[str] = field(init=False)
-    prefix: str = ""  # the text before the cursor, its last few thousand characters
+    prefix: str = ""  # the text before the cursor, its last few thousand characters from a line's start
     # The indentation of the suffix's first closer where it starts a line below the cursor's (else None), and
     # of the line that opened the innermost bracket still open at the cursor (else None).
     suffix_closer_indent: int | None = field(init=False)
@@ -254,9 +254,7 @@ class SyntaxStopRules:
         # Rule 4 reads the innermost open bracket only where the suffix's closer starts a line: no prefix scan
         # per request elsewhere.
         if self.suffix_closer_indent is not None:
-            newline = self.prefix.find("\n")  # a window that starts mid-line starts at the next line
-            whole_lines = self.prefix if newline <= 0 else self.prefix[newline:]
-            self.open_indent = innermost_open_indent(whole_lines, self.line_comment, self.tab_size)
+            self.open_indent = innermost_open_indent(self.prefix, self.line_comment, self.tab_size)
         self.rest_of_line = line_rest.strip()
         self.next_line = ""
         if first_newline != -1:

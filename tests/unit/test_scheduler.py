@@ -111,6 +111,7 @@ def prefix_only_context(store, uri, offset, info, settings, count_tokens):  # ty
         forced_prefix="",
         stop_rules=None,
         import_names=None,
+        blank_line=True,
     )
 
 

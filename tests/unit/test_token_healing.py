@@ -137,6 +137,11 @@ def test_what_may_not_follow_a_forced_text() -> None:
     # A line break after two blank lines; after fewer the model may still open one (a method ends, one follows).
     assert banned_after("\n\n\n") == banned_after("\n  \n\r\n\n") == "\r\n"
     assert banned_after("\n") == banned_after("\n\n") == banned_after(" sub") == banned_after("") == ""
+    # Where no blank line may come (inside a Python bracket), after any line break.
+    assert banned_after("\n", blank_line=False) == banned_after("\n\n", blank_line=False) == "\r\n"
+    assert (
+        banned_after("    ", blank_line=False) == WHITESPACE and banned_after(" sub", blank_line=False) == ""
+    )
 
 
 def test_after_two_blank_lines_the_suggestion_may_indent_but_not_open_a_third() -> None:
@@ -159,6 +164,18 @@ def test_after_two_blank_lines_the_suggestion_may_indent_but_not_open_a_third() 
     once = ForcedPrefix("\n\n", lambda text: [2], texts)
     once.advance([2])
     assert not once.constraining
+
+
+def test_without_a_blank_line_a_line_break_is_followed_by_code_or_indentation() -> None:
+    vocab = ["<s>", "\n", "\n\n", "\n  ", "\n\n\n", "  ", ")", "\r\n"]
+    texts = TokenTexts(vocab, excluded_ids=[0])
+    forced = ForcedPrefix("\n", lambda text: [1], texts, blank_line=False)
+    logits = torch.zeros(2, len(vocab))
+    out = forced.constrain(logits, [1])
+    # The line break alone, or with the indentation after it; never a token that opens a blank line.
+    assert torch.isfinite(out[0]).nonzero().flatten().tolist() == [1, 3]
+    assert torch.isfinite(out[1]).nonzero().flatten().tolist() == [0, 5, 6]
+    assert ForcedPrefix("\n", lambda text: [1], texts).constrain(logits, [1])[0].isfinite().sum() == 4
 
 
 def test_after_exactly_spelled_whitespace_the_next_token_may_not_start_with_whitespace() -> None:
@@ -232,6 +249,33 @@ def test_builder_moves_the_fragment_out_of_the_prompt_when_the_backend_heals_and
     expected = "p =<|sp_fim_middle|>" if healing else "p = sub<|sp_fim_middle|>"
     assert ctx.prompt.endswith(expected)
     assert ctx.forced_prefix == (" sub" if healing else "")
+
+
+@pytest.mark.parametrize(
+    ("language", "text", "blank_line"),
+    [
+        ("python", "def run(\n    cmd: str,\n", False),  # a new line at column 0 under an open parameter list
+        ("python", "x = f(\n    1,  # (\n    ')',\n", False),  # brackets in comments and strings do not count
+        ("python", "def run(cmd):\n    return cmd\n", True),  # every bracket closed
+        ("python", "call(\n    1,\n    ", True),  # after indentation no whitespace may follow anyway
+        ("javascript", "const a = [\n  1,\n", True),  # other languages' formatters keep blank lines there
+    ],
+)
+def test_no_blank_line_first_on_a_new_line_inside_a_python_bracket(
+    language: str, text: str, blank_line: bool
+) -> None:
+    from engine.api import CompletionRequest
+    from lsp_server.config import ServerSettings
+    from lsp_server.engine_request import engine_request
+
+    store = DocumentStore()
+    store.open("file:///w/a", language, 1, text + "\n)\n")
+    info = BackendInfo("fake", "t", None, SPECIAL_TOKENS, 1024, "cpu", token_healing=True)
+    ctx = build_completion_context(store, "file:///w/a", len(text), info, ContextSettings(), len)
+    assert ctx.forced_prefix.endswith(("\n", " "))
+    assert ctx.blank_line is blank_line
+    request = engine_request(ctx, ServerSettings(), previous_completion="")
+    assert isinstance(request, CompletionRequest) and request.blank_line is blank_line
 
 
 def test_backends_that_cannot_heal_refuse_a_forced_prefix() -> None:
