@@ -9,7 +9,9 @@ Spaces, tabs and line breaks before the cursor are healed the same way (a byte-l
 to the next word, " return", and a line break to the indentation after it). A forced text that ends in them is
 complete: after spaces or tabs the text must go on with something other than whitespace, so the suggestion
 neither indents the line twice nor leaves it empty; after two blank lines, with something other than another
-line break, so a suggestion there does not begin with a third (`banned_after`).
+line break, so a suggestion there does not begin with a third (`banned_after`). A new line's line break and
+indentation are spelled the way the tokenizer splits them before a word, up to the space the word takes: the
+model chooses the word, not a split it never saw (`ForcedPrefix.whitespace_step`).
 
 The constraint masks the target's logits, in the plain loop and in the speculative loop alike, so greedy
 speculative output stays token-identical to plain greedy decoding under the same constraint, and sampled
@@ -30,6 +32,9 @@ INDENT_CHARACTERS = " \t"
 LINE_BREAKS = "\r\n"
 WHITESPACE = INDENT_CHARACTERS + LINE_BREAKS
 
+
+# A letter after whitespace, to ask the tokenizer how it splits whitespace that a word follows.
+WORD_AFTER = "x"
 
 # Blank lines in a row that code has at most (PEP 8's two between top-level definitions; other style guides
 # allow fewer). After them a suggestion starts with code: on 79 line starts of google/adk-python the 0.5B asked
@@ -179,6 +184,7 @@ class ForcedPrefix:
         self.awaits_next = False  # the text is spelled exactly; the next token may not start with banned_next
         self.spelled_tokens = 0  # generated tokens that went into spelling the text (hidden from the result)
         self.overshoot = ""  # text of the last spelling token beyond the forced text ("rocess" for " subp")
+        self._whitespace_steps: dict[str, int | None] = {}
 
     @property
     def active(self) -> bool:
@@ -192,7 +198,28 @@ class ForcedPrefix:
 
     def lead_ids(self) -> list[int]:
         """The tokenizer's spelling of what is left, as a draft (empty when nothing is left)."""
-        return self.encode(self.remaining) if self.remaining else []
+        ids, remaining = [], self.remaining
+        while (step := self.whitespace_step(remaining)) is not None:
+            ids.append(step)
+            remaining = remaining[len(self._text(step)) :]
+        return ids + (self.encode(remaining) if remaining else [])
+
+    def whitespace_step(self, remaining: str) -> int | None:
+        """The one token that may come next while `remaining` starts with whitespace of a new line that the
+        tokenizer splits before a word: its first token there, where that ends inside the whitespace (for a line
+        break and 12 spaces: "\n", then 11 spaces; the 12th goes with the word, " fence"). None where the model
+        chooses the spelling. Left to choose, the 0.5B spelled a deep line's indentation as 7 spaces and then
+        single ones, a path it never saw in training, and went on with "1" where `ls.progress_token = token`
+        came; spelled the tokenizer's way, it wrote that line."""
+        whitespace = remaining[: len(remaining) - len(remaining.lstrip(WHITESPACE))]
+        if not whitespace or not any(line_break in self.text for line_break in LINE_BREAKS):  # new lines only
+            return None
+        if whitespace not in self._whitespace_steps:
+            ids = self.encode(whitespace + WORD_AFTER)
+            first = self._text(ids[0]) if ids else ""
+            inside = bool(first) and len(first) < len(whitespace) and whitespace.startswith(first)
+            self._whitespace_steps[whitespace] = ids[0] if inside else None
+        return self._whitespace_steps[whitespace]
 
     def constrain(self, logits: torch.Tensor, path: Sequence[int] = ()) -> torch.Tensor:
         """Mask logits rows [n, vocab] for the positions the constraint still covers.
@@ -207,7 +234,12 @@ class ForcedPrefix:
         remaining, awaits_next = self.remaining, self.awaits_next
         for row in range(logits.shape[0]):
             if remaining:
-                allowed = self.token_texts.allowed_ids(remaining, self.banned_next).to(logits.device)
+                step = self.whitespace_step(remaining)
+                allowed = (
+                    torch.tensor([step], dtype=torch.long)
+                    if step is not None
+                    else self.token_texts.allowed_ids(remaining, self.banned_next)
+                ).to(logits.device)
                 allowed = allowed[allowed < logits.shape[-1]]
                 masked = torch.full_like(constrained[row], float("-inf"))
                 masked[allowed] = constrained[row, allowed]

@@ -33,16 +33,29 @@ def _one_thread() -> None:
 def reference_constrained_greedy(model: torch.nn.Module, prompt: list[int], forced: str, n: int) -> list[int]:
     """Full forward per token, no cache; while `forced` is not spelled, only tokens that fit it may win. A
     forced text that ends in a space or tab is followed by a character other than whitespace; one that ends in
-    two blank lines, by a character other than a line break."""
+    two blank lines, by a character other than a line break. In a forced text with a line break, whitespace is
+    spelled with the tokenizer's tokens for it before a word, as long as one ends inside it."""
     tok = tokenizer()
     texts = [tok.decode([tok.encode("a")[-1], i])[1:] for i in range(len(tok))]
     special = set(tok.all_special_ids)
     banned_next = WHITESPACE if forced[-1:] in (" ", "\t") else "\r\n" if forced.endswith("\n\n\n") else ""
     ids, remaining, awaits_next = list(prompt), forced, False
+
+    def tokenizer_step(remaining: str) -> int | None:
+        whitespace = remaining[: len(remaining) - len(remaining.lstrip(WHITESPACE))]
+        if not whitespace:
+            return None
+        first = tok.encode(whitespace + "x", add_special_tokens=False)[0]
+        text = texts[first]
+        return first if text and len(text) < len(whitespace) and whitespace.startswith(text) else None
+
     with torch.inference_mode():
         for _ in range(n):
             logits = model(torch.tensor([ids])).logits[0, -1].float()
-            if remaining:
+            step = tokenizer_step(remaining) if "\n" in forced else None
+            if step is not None:
+                fits = [step]
+            elif remaining:
                 fits = [
                     i
                     for i, text in enumerate(texts)
@@ -52,6 +65,7 @@ def reference_constrained_greedy(model: torch.nn.Module, prompt: list[int], forc
                     and (text.startswith(remaining) or remaining.startswith(text))
                     and (text[len(remaining) : len(remaining) + 1] or "-") not in tuple(banned_next)
                 ]
+            if remaining:
                 keep = torch.full_like(logits, float("-inf"))
                 keep[fits] = logits[fits]
                 logits = keep

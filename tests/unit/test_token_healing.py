@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+
 import pytest
 import torch
 
@@ -144,6 +147,20 @@ def test_what_may_not_follow_a_forced_text() -> None:
     )
 
 
+def longest_match(vocab: list[str]) -> Callable[[str], list[int]]:
+    """A stand-in tokenizer over `vocab` (its first entry special): longest match first."""
+
+    def encode(text: str) -> list[int]:
+        ids = []
+        while text:
+            token = max((t for t in vocab[1:] if text.startswith(t)), key=len)
+            ids.append(vocab.index(token))
+            text = text[len(token) :]
+        return ids
+
+    return encode
+
+
 def test_after_two_blank_lines_the_suggestion_may_indent_but_not_open_a_third() -> None:
     vocab = ["<s>", "\n", "\n\n", "\n  ", "\n\n\n", "  ", "x", "\r\n", "\n\n\n\n"]
     texts = TokenTexts(vocab, excluded_ids=[0])
@@ -151,7 +168,7 @@ def test_after_two_blank_lines_the_suggestion_may_indent_but_not_open_a_third() 
     # A token spelling all of it and more may go on with spaces, not with another line break.
     assert texts.allowed_ids("\n\n\n", banned).tolist() == [1, 2, 4]
     assert texts.allowed_ids("\n\n\n", "").tolist() == [1, 2, 4, 8]
-    forced = ForcedPrefix("\n\n\n", lambda text: [4] if text == "\n\n\n" else [1] * len(text), texts)
+    forced = ForcedPrefix("\n\n\n", longest_match(vocab), texts)
     logits = torch.zeros(2, len(vocab))
     out = forced.constrain(logits, [4])
     assert torch.isfinite(out[0]).nonzero().flatten().tolist() == [1, 2, 4]
@@ -176,6 +193,33 @@ def test_without_a_blank_line_a_line_break_is_followed_by_code_or_indentation() 
     assert torch.isfinite(out[0]).nonzero().flatten().tolist() == [1, 3]
     assert torch.isfinite(out[1]).nonzero().flatten().tolist() == [0, 5, 6]
     assert ForcedPrefix("\n", lambda text: [1], texts).constrain(logits, [1])[0].isfinite().sum() == 4
+
+
+def test_a_new_lines_indentation_is_spelled_the_way_the_tokenizer_splits_it_before_a_word() -> None:
+    # Like Qwen's pre-tokenizer: a line break alone, the indentation but its last space, the space with the word.
+    vocab = ["<s>", "\n", " ", "  ", "   ", "    ", " return", "return", " x", "x", "\n\n"]
+    pieces = re.compile(r" ?[a-z]+|\n+| +(?!\S)| +")
+
+    def encode(text: str) -> list[int]:
+        return [vocab.index(piece) for piece in pieces.findall(text)]
+
+    texts = TokenTexts(vocab, excluded_ids=[0])
+    forced = ForcedPrefix("\n    ", encode, texts)
+    assert forced.lead_ids() == [vocab.index("\n"), vocab.index("   "), vocab.index(" ")]
+    path = [vocab.index("\n"), vocab.index("   "), vocab.index(" return")]
+    out = forced.constrain(torch.zeros(4, len(vocab)), path)
+    allowed = [torch.isfinite(row).nonzero().flatten().tolist() for row in out]
+    # One spelling up to the last space; then the word's token that carries it (or the space alone).
+    assert allowed[:3] == [
+        [vocab.index("\n")],
+        [vocab.index("   ")],
+        sorted(vocab.index(text) for text in (" ", " return", " x")),
+    ]
+    assert forced.advance(path) == 3 and not forced.active and forced.overshoot == "return"
+    # Without a line break (a space and a word fragment) the model still chooses the spelling.
+    assert ForcedPrefix(" ret", encode, texts).whitespace_step(" ret") is None
+    # A tokenizer that keeps the whole indentation in one token leaves the choice to the model too.
+    assert ForcedPrefix("\n\n", encode, texts).whitespace_step("\n\n") is None
 
 
 def test_after_exactly_spelled_whitespace_the_next_token_may_not_start_with_whitespace() -> None:
