@@ -29,14 +29,21 @@ def ids_of(*texts: str) -> list[int]:
     return sorted(VOCAB.index(text) for text in texts)
 
 
-def encode(text: str) -> list[int]:
-    """A stand-in tokenizer: longest vocabulary match first."""
-    ids = []
-    while text:
-        token = max((t for t in VOCAB[1:] if text.startswith(t)), key=len)
-        ids.append(VOCAB.index(token))
-        text = text[len(token) :]
-    return ids
+def longest_match(vocab: list[str]) -> Callable[[str], list[int]]:
+    """A stand-in tokenizer over `vocab` (its first entry special): longest match first."""
+
+    def encode(text: str) -> list[int]:
+        ids = []
+        while text:
+            token = max((t for t in vocab[1:] if text.startswith(t)), key=len)
+            ids.append(vocab.index(token))
+            text = text[len(token) :]
+        return ids
+
+    return encode
+
+
+encode = longest_match(VOCAB)
 
 
 def test_allowed_ids_finish_the_text_or_are_a_proper_prefix_of_it() -> None:
@@ -145,20 +152,6 @@ def test_what_may_not_follow_a_forced_text() -> None:
     assert (
         banned_after("    ", blank_line=False) == WHITESPACE and banned_after(" sub", blank_line=False) == ""
     )
-
-
-def longest_match(vocab: list[str]) -> Callable[[str], list[int]]:
-    """A stand-in tokenizer over `vocab` (its first entry special): longest match first."""
-
-    def encode(text: str) -> list[int]:
-        ids = []
-        while text:
-            token = max((t for t in vocab[1:] if text.startswith(t)), key=len)
-            ids.append(vocab.index(token))
-            text = text[len(token) :]
-        return ids
-
-    return encode
 
 
 def test_after_two_blank_lines_the_suggestion_may_indent_but_not_open_a_third() -> None:
