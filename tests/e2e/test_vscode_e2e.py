@@ -347,6 +347,25 @@ def test_fake_backend_exact_text_and_partial_accepts(start_vscode: Any, tmp_path
     assert vscode.saved_text("fib.py", expected) == expected
 
 
+def test_a_comment_after_the_code_is_not_suggested(start_vscode: Any, tmp_path: Path) -> None:
+    # Stop rule 10: a tool directive the model invents after the code on its line ends the suggestion; the
+    # ghost text and what Tab inserts are the code alone.
+    rules = tmp_path / "rules.json"
+    rules.write_text(
+        json.dumps([["def fib(n):\n", "    if n < 2:  # noqa: E501\n        return n\n"]]), encoding="utf-8"
+    )
+    vscode = start_vscode({"fib.py": "def fib(n):\n"}, ["--backend", "fake", "--fake-rules", str(rules)])
+    vscode.open_file("fib.py")
+    _open_line_under_def(vscode, 0)
+    vscode.page.keyboard.type("if", delay=60)
+    ghost = vscode.wait_for_typed_ghost(15_000)
+    assert ghost == " n < 2:", _server_log(tmp_path)
+    vscode.page.keyboard.press("Tab")
+    vscode.page.wait_for_timeout(300)
+    expected = "def fib(n):\n    if n < 2:\n"
+    assert vscode.saved_text("fib.py", expected) == expected
+
+
 def test_at_the_imports_the_workspace_says_where_a_used_name_is_defined(
     start_vscode: Any, tmp_path: Path
 ) -> None:
