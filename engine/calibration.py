@@ -3,12 +3,13 @@
 Loading both default candidates to compare them would cost the start seconds, and a CPU class (native bf16
 or not) says nothing of memory bandwidth: a 2-core AMX Xeon streams a 1.5B model's 3.1 GB of bf16 weights
 in ~290 ms a step, too slow for the keystroke budget although it computes bf16 natively. So before loading,
-`measure_rates` times, in the dtype and with the threads the model would run with, a matmul of the model's
+`measure_rates` times, in the dtype and with the threads the model would run with (bf16 where the CPU computes
+it natively; else W8A8, through the same int8 kernel as the loaded model's projections), a matmul of the model's
 largest projection (the gated MLP's hidden x intermediate, from its config.json) at one row (a decode step:
 streaming weights) and at PROMPT_ROWS rows (reading a prompt), over enough distinct copies of that matrix
 (CALIBRATION_BYTES in all) that no cache holds them, each size the fastest of a few rounds. That takes well
-under a second and is cached as JSON in the specls cache dir (CALIBRATION_FILE), keyed by the machine, the
-torch version, the dtype, the threads and the shape; SPECLS_RECALIBRATE=1 redoes it, and a new torch version
+under a second and is cached as JSON in the specls cache dir (CALIBRATION_FILE), keyed by the machine (its CPU
+and torch's vector ISA), the torch version, the dtype, the threads and the shape; SPECLS_RECALIBRATE=1 redoes it, and a new torch version
 drops the old entries. `engine.costs.estimate_first_line` turns the rates into the first-line time the
 server would check after load (`lsp_server.scheduling.budget.first_line_fit`).
 """
@@ -16,6 +17,7 @@ server would check after load (`lsp_server.scheduling.budget.first_line_fit`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -26,13 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from engine.costs import PROMPT_ROWS, FirstLineEstimate, MachineRates, ModelShape, estimate_first_line
-from engine.hardware import default_threads
+from engine.hardware import cpu_capability, default_threads
 
 CALIBRATION_FILE = "calibration.json"
 CALIBRATION_BYTES = 192 * 2**20  # past what this Xeon's caches flatter (one 27 MB matrix: 17 GB/s, 8: 12)
 CALIBRATION_ROUNDS = 3  # after one warm-up round; the fastest counts (a neighbour only ever adds time)
 RECALIBRATE_ENV = "SPECLS_RECALIBRATE"
-BYTES_PER_PARAM = {"bf16": 2, "fp16": 2, "fp32": 4}
+# "w8a8": int8 weights with per-row int8 activations, what a CPU without native bf16 runs (`engine.quantize`).
+BYTES_PER_PARAM = {"bf16": 2, "fp16": 2, "fp32": 4, "w8a8": 1}
 
 
 def read_shape(folder: Path) -> ModelShape:
@@ -66,7 +69,9 @@ def measure_rates(
     import torch
     import torch.nn.functional as functional
 
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
+    from engine.quantize import make_linear
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype_name, torch.float32)
     rows, cols = shape.intermediate, shape.hidden
     matrix_bytes = rows * cols * BYTES_PER_PARAM[dtype_name]
     copies = max(2, math.ceil(budget_bytes / matrix_bytes))
@@ -75,18 +80,24 @@ def measure_rates(
     torch.set_num_threads(threads)
     try:
         with torch.inference_mode():
-            weights = [torch.full((rows, cols), 0.01, dtype=dtype) for _ in range(copies)]
+            projections: list[Callable[[torch.Tensor], torch.Tensor]] = []
+            for _ in range(copies):
+                weight = torch.full((rows, cols), 0.01, dtype=dtype)
+                if dtype_name == "w8a8":  # the kernel the model's projections would run, int8 weights kept
+                    projections.append(make_linear(weight, None, "w8a8"))
+                else:
+                    projections.append(functools.partial(functional.linear, weight=weight))
             fastest = {}
             for m in (1, PROMPT_ROWS):
                 x = torch.full((m, cols), 0.01, dtype=dtype)
                 best = math.inf
                 for _ in range(rounds + 1):  # the first round warms kernels up
                     began = clock()
-                    for weight in weights:
-                        functional.linear(x, weight)
+                    for projection in projections:
+                        projection(x)
                     best = min(best, (clock() - began) / copies)
                 fastest[m] = max(best, 1e-9)
-            del weights
+            del projections
     finally:
         torch.set_num_threads(previous)
     return {
@@ -116,7 +127,12 @@ def calibrated_rates(
     import torch
 
     threads = threads if threads is not None else default_threads(None, shape.params)
-    key = f"{machine_key()} | {dtype_name} | {threads} threads | {shape.hidden}x{shape.intermediate}"
+    # torch's vector ISA is part of the machine: ATEN_CPU_CAPABILITY (and FBGEMM_ENABLE_INSTRUCTIONS with it)
+    # changes the kernels on the same CPU.
+    key = (
+        f"{machine_key()} {cpu_capability()} | {dtype_name} | {threads} threads | "
+        f"{shape.hidden}x{shape.intermediate}"
+    )
     stored: dict[str, Any] = {}
     with contextlib.suppress(OSError, ValueError):
         stored = json.loads(cache_file.read_text(encoding="utf-8"))

@@ -65,17 +65,22 @@ def default_target_choice(device_type: str = "cpu") -> tuple[str | None, str]:
 
 def _large_estimate(device_type: str, native: bool, pulled: set[str]) -> FirstLineEstimate | str | None:
     """`engine.calibration.estimate_pair` for DEFAULT_LARGE_MODEL (and its draft when pulled) where the
-    choice needs it; a string saying why it failed; None where it is not needed."""
-    if device_type != "cpu" or not native or DEFAULT_LARGE_MODEL not in pulled:
+    choice needs it, in what the model would run in on this CPU (bf16 where native, else W8A8); a string
+    saying why there is none; None where it is not needed."""
+    if device_type != "cpu" or DEFAULT_LARGE_MODEL not in pulled:
         return None
     from engine.calibration import CALIBRATION_FILE, estimate_pair
+    from engine.quantize import rowwise_int8_available
 
+    if not native and not rowwise_int8_available():
+        return "no native bf16 and no fbgemm integer kernels in this torch: the model would run in fp32"
     draft = CATALOG[DEFAULT_LARGE_MODEL].draft_model
     try:
         return estimate_pair(
             model_dir(DEFAULT_LARGE_MODEL),
             model_dir(draft) if draft in pulled else None,
             cache_dir() / CALIBRATION_FILE,
+            "bf16" if native else "w8a8",
         )
     except Exception as exc:  # an unreadable config.json, a torch without bf16 matmuls
         return f"calibration failed: {type(exc).__name__}: {exc}"

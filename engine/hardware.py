@@ -196,17 +196,19 @@ def choose_default_model(
     """The catalog model to load when none is named, and why; None: the bundled pair (nothing usable pulled).
 
     The larger model, drafted by the smaller, wherever its keystroke budget fits: on any CUDA GPU, and on a
-    CPU with native bf16 where `estimate` (its first line in a just-opened file, estimated before loading by
-    `engine.calibration` from a timing of its own projection shape on this machine) fits FIRST_SUGGESTION_S,
-    and its first line at a line start, the prompt cached, fits LINE_START_SUGGESTION_S.
+    CPU where `estimate` (its first line in a just-opened file, estimated before loading by
+    `engine.calibration` from a timing of its own projection shape on this machine, in bf16 where the CPU
+    has it natively, else in W8A8) fits FIRST_SUGGESTION_S, and its first line at a line start, the prompt
+    cached, fits LINE_START_SUGGESTION_S.
     A string `estimate` says why there is none. Native bf16 alone does not make a CPU fast enough: on the
     2-core AMX Xeon the 1.5B's bf16 step streams 3.1 GB of weights, ~290 ms on one core
     (bench/results/decode-speed-qwen15-pair-bf16-amx-vs-llama-server-cpu.md) and ~140 ms on both while
     nothing else runs, so its first line is estimated at ~1.5-1.9 s even drafted (loaded, it measured 1.44 s
     on an idle machine: at the budget's edge), and at a line start 1.3 s: in a keystroke replay there it
-    showed ghost text at 9.5% of the keys, the 0.5B at 53-62%. Elsewhere the smaller: without native bf16
-    the 0.5B's W8A8 step is already ~105 ms (bench/results/decode-speed-qwen05-avx2-emulated-w8a8.md), and a
-    1.5B's would be ~3x that.
+    showed ghost text at 9.5% of the keys, the 0.5B at 53-62%. A CPU without native bf16 runs either model
+    in W8A8 (`choose_target_quantization`): on a 2-core Xeon without bf16, with AVX2 kernels, the loaded
+    1.5B pair stepped in 112 ms and read 61 prompt tokens/s, a line start's first line ~1.2 s, past the
+    budget; a CPU with more cores and memory bandwidth may afford it. Without an estimate, the smaller.
     The server confirms the choice after load with the loaded model's own measured costs
     (`lsp_server.scheduling.budget.first_line_fit`, the same arithmetic).
     """
@@ -225,10 +227,15 @@ def choose_default_model(
         affords = None if large not in pulled else False
         why = f"a CPU with native bf16 ({evidence}), but the {large}'s keystroke budget was not estimated"
         why += f" ({estimate})" if estimate else ""
+    elif device_type == "cpu" and isinstance(estimate, FirstLineEstimate):
+        affords = estimate.fits()
+        why = f"on this CPU without native bf16 ({evidence}) the {large} pair's W8A8 {estimate.detail()}"
     elif device_type == "cpu":
+        # Not suggested for a pull: on the 2-core Xeon (AVX2 kernels) the pair's W8A8 first line took 1.2 s
+        # at a line start, past the budget; a calibration says where it fits once the model is pulled.
         affords = False
-        why = f"no native bf16 ({evidence}): a {large} step would take ~3x the {small}'s ~105 ms (W8A8)"
-        why += ", past the keystroke budget"
+        why = f"no native bf16 ({evidence}): the {large}'s W8A8 keystroke budget was not estimated"
+        why += f" ({estimate})" if estimate else f" (a calibration estimates it where the {large} is pulled)"
     else:
         affords, why = False, f"the {large} was never measured on {device_type}"
     draft = CATALOG[large].draft_model
@@ -254,6 +261,7 @@ def choose_default_model(
             f"nothing is pulled, so the bundled pair runs; {why} affords the {large}: `specls pull {large}`",
         )
     if small in pulled:
-        return small, f"{why}: the {small}" if device_type == "cpu" and native else why
+        estimated = native or isinstance(estimate, FirstLineEstimate)
+        return small, f"{why}: the {small}" if device_type == "cpu" and estimated else why
     anyway = f" (`--target {large}` runs the pulled {large} anyway)" if large in pulled else ""
     return None, f"the {small} is not pulled, so the bundled pair runs: `specls pull {small}`{anyway}; {why}"

@@ -65,6 +65,10 @@ SLOW = estimate_first_line(QWEN15, XEON_CORE, QWEN05)
 XEON_EDGE = estimate_first_line(QWEN15, XEON_BOTH_CORES, QWEN05)
 TYPING_EDGE = estimate_first_line(QWEN15, TYPING_EDGE_CPU, QWEN05)
 FITS = estimate_first_line(QWEN15, FAST_CPU, QWEN05)
+# Without native bf16, in W8A8 (a byte a parameter): the 2-core Xeon with AVX2 kernels, where the loaded pair
+# stepped in 112 ms, and a machine with several times its bandwidth and compute.
+W8A8_TWO_CORES = estimate_first_line(QWEN15, MachineRates(12e9, 200e9, 1, threads=2, source="test"), QWEN05)
+W8A8_FITS = estimate_first_line(QWEN15, MachineRates(40e9, 1e12, 1, threads=8, source="test"), QWEN05)
 
 
 @pytest.mark.parametrize(
@@ -143,8 +147,19 @@ FITS = estimate_first_line(QWEN15, FAST_CPU, QWEN05)
             f"nothing is pulled, so the bundled pair runs: `specls pull {SMALL}`; `specls pull {LARGE}` may give",
         ),
         ("cpu", AVX2, BOTH, None, SMALL, "no native bf16 (torch runs AVX2 kernels on this CPU)"),
-        ("cpu", AVX2, BOTH, FITS, SMALL, "no native bf16"),  # the W8A8 rule is a class rule
-        ("cpu", AVX2, {SMALL}, None, SMALL, "past the keystroke budget"),
+        # Without native bf16 the pair runs in W8A8, and a calibration in W8A8 decides as it does in bf16.
+        (
+            "cpu",
+            AVX2,
+            BOTH,
+            W8A8_FITS,
+            LARGE,
+            "on this CPU without native bf16 (torch runs AVX2 kernels on this CPU) the "
+            f"{LARGE} pair's W8A8 estimated first line",
+        ),
+        ("cpu", AVX2, BOTH, W8A8_TWO_CORES, SMALL, "1.32 s > 1 s at a line start while typing"),
+        ("cpu", AVX2, BOTH, "calibration failed: OSError", SMALL, "not estimated (calibration failed"),
+        ("cpu", AVX2, {SMALL}, None, SMALL, f"(a calibration estimates it where the {LARGE} is pulled)"),
         (
             "cpu",
             AVX2,
@@ -209,12 +224,17 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def _calibrates_as(monkeypatch: pytest.MonkeyPatch, rates: MachineRates) -> list[ModelShape]:
-    """Make the calibration report `rates` without timing anything; the shapes it was asked about."""
+def _calibrates_as(
+    monkeypatch: pytest.MonkeyPatch, rates: MachineRates, dtypes: list[str] | None = None
+) -> list[ModelShape]:
+    """Make the calibration report `rates` without timing anything; the shapes it was asked about (and the
+    dtypes, in `dtypes`)."""
     asked: list[ModelShape] = []
 
     def measure(shape: ModelShape, dtype_name: str = "bf16", threads: int = 1) -> dict[str, Any]:
         asked.append(shape)
+        if dtypes is not None:
+            dtypes.append(dtype_name)
         return {
             "bytes_per_s": rates.bytes_per_s,
             "param_tokens_per_s": rates.param_tokens_per_s,
@@ -244,11 +264,30 @@ def test_default_target_calibrates_this_machine_on_the_pulled_shapes(
     assert len(asked) == 1
 
 
-def test_the_avx2_rule_needs_no_calibration(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("rates", "expected"), [(W8A8_FITS.rates, LARGE), (W8A8_TWO_CORES.rates, SMALL)])
+def test_a_cpu_without_native_bf16_calibrates_the_pair_in_w8a8(
+    cache: Path, monkeypatch: pytest.MonkeyPatch, rates: MachineRates, expected: str
+) -> None:
     monkeypatch.setattr(engine.hardware, "native_bf16", lambda: AVX2)
+    dtypes: list[str] = []
+    asked = _calibrates_as(monkeypatch, rates, dtypes)
+    _pull(SMALL)
+    assert default_target("cpu") == SMALL and asked == []  # nothing to time until the larger model is pulled
+    _pull(LARGE)
+    name, reason = default_target_choice("cpu")
+    assert name == expected and asked == [QWEN15] and dtypes == ["w8a8"]
+    assert f"the {LARGE} pair's W8A8 estimated first line" in reason
+
+
+def test_without_integer_kernels_nothing_is_calibrated(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import engine.quantize
+
+    monkeypatch.setattr(engine.hardware, "native_bf16", lambda: AVX2)
+    monkeypatch.setattr(engine.quantize, "rowwise_int8_available", lambda: False)
     asked = _calibrates_as(monkeypatch, FAST_CPU)
     _pull(SMALL, LARGE)
-    assert default_target("cpu") == SMALL and asked == []
+    name, reason = default_target_choice("cpu")
+    assert name == SMALL and asked == [] and "no fbgemm integer kernels" in reason
 
 
 def test_the_server_names_why_and_a_setting_overrides(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
