@@ -8,7 +8,7 @@ it natively; else W8A8, through the same int8 kernel as the loaded model's proje
 largest projection (the gated MLP's hidden x intermediate, from its config.json) at one row (a decode step:
 streaming weights) and at PROMPT_ROWS rows (reading a prompt), over enough distinct copies of that matrix
 (CALIBRATION_BYTES in all) that no cache holds them, each size the fastest of a few rounds. That takes well
-under a second and is cached as JSON in the specls cache dir (CALIBRATION_FILE), keyed by the machine (its CPU
+under a second in bf16 and 3-4 s in W8A8 on two cores (the int8 copies are quantized first), and is cached as JSON in the specls cache dir (CALIBRATION_FILE), keyed by the machine (its CPU
 and torch's vector ISA), the torch version, the dtype, the threads and the shape; SPECLS_RECALIBRATE=1 redoes it, and a new torch version
 drops the old entries. `engine.costs.estimate_first_line` turns the rates into the first-line time the
 server would check after load (`lsp_server.scheduling.budget.first_line_fit`).
