@@ -469,8 +469,12 @@ def test_the_calibration_measures_positive_finite_rates_on_a_tiny_shape(
     if dtype == "w8a8" and not rowwise_int8_available():
         pytest.skip("this torch build has no fbgemm integer kernels")
     tiny = ModelShape(hidden=64, intermediate=128, layers=2, vocab=256, heads=4, kv_heads=2)
-    measured = measure_rates(tiny, dtype, threads=1, budget_bytes=4 * 64 * 128 * bytes_per_param, rounds=1)
-    assert measured["copies"] == 4 and measured["matrix"] == [128, 64] and measured["dtype"] == dtype
+    # bf16: the MLP's largest projection; W8A8: a layer's four (q/k/v fused at 64 + 2 x 32 rows, o, gate/up
+    # fused, down), whose per-call cost of quantizing the input the large one alone hides.
+    matrices = {"bf16": [[128, 64]], "w8a8": [[128, 64], [64, 64], [256, 64], [64, 128]]}[dtype]
+    copy_bytes = sum(rows * cols for rows, cols in matrices) * bytes_per_param
+    measured = measure_rates(tiny, dtype, threads=1, budget_bytes=4 * copy_bytes, rounds=1)
+    assert measured["copies"] == 4 and measured["matrices"] == matrices and measured["dtype"] == dtype
     for key in ("bytes_per_s", "param_tokens_per_s", "one_row_s", "prompt_rows_s", "calibration_s"):
         assert math.isfinite(measured[key]) and measured[key] > 0, key
 
