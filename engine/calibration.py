@@ -4,14 +4,15 @@ Loading both default candidates to compare them would cost the start seconds, an
 or not) says nothing of memory bandwidth: a 2-core AMX Xeon streams a 1.5B model's 3.1 GB of bf16 weights
 in ~290 ms a step, too slow for the keystroke budget although it computes bf16 natively. So before loading,
 `measure_rates` times, in the dtype and with the threads the model would run with (bf16 where the CPU computes
-it natively; else W8A8, through the same int8 kernel as the loaded model's projections), a matmul of the model's
-largest projection (the gated MLP's hidden x intermediate, from its config.json) at one row (a decode step:
-streaming weights) and at PROMPT_ROWS rows (reading a prompt), over enough distinct copies of that matrix
-(CALIBRATION_BYTES in all) that no cache holds them, each size the fastest of a few rounds. That takes well
-under a second in bf16 and 3-4 s in W8A8 on two cores (the int8 copies are quantized first), and is cached as JSON in the specls cache dir (CALIBRATION_FILE), keyed by the machine (its CPU
-and torch's vector ISA), the torch version, the dtype, the threads and the shape; SPECLS_RECALIBRATE=1 redoes it, and a new torch version
-drops the old entries. `engine.costs.estimate_first_line` turns the rates into the first-line time the
-server would check after load (`lsp_server.scheduling.budget.first_line_fit`).
+it natively; else W8A8, through the loaded model's own int8 kernel), the model's projections
+(`timed_matrices`, from its config.json) at one row (a decode step: streaming weights) and at PROMPT_ROWS rows
+(reading a prompt), over enough distinct copies (CALIBRATION_BYTES in all) that no cache holds them, each size
+the fastest of a few rounds. That takes well under a second in bf16 and 3-4 s in W8A8 on two cores (the int8
+copies are quantized first), and is cached as JSON in the specls cache dir (CALIBRATION_FILE), keyed by the
+machine (its CPU and torch's vector ISA), the torch version, the dtype, the threads and the shape;
+SPECLS_RECALIBRATE=1 redoes it, and a new torch version drops the old entries.
+`engine.costs.estimate_first_line` turns the rates into the first-line time the server would check after load
+(`lsp_server.scheduling.budget.first_line_fit`).
 """
 
 from __future__ import annotations
@@ -101,9 +102,7 @@ def measure_rates(
             for _ in range(copies):
                 for rows, cols in matrices:
                     weight = torch.full((rows, cols), 0.01, dtype=dtype)
-                    if (
-                        dtype_name == "w8a8"
-                    ):  # the kernel the model's projections would run, int8 weights kept
+                    if dtype_name == "w8a8":  # the loaded model's own int8 kernel
                         projections.append((cols, make_linear(weight, None, "w8a8")))
                     else:
                         projections.append((cols, functools.partial(functional.linear, weight=weight)))
