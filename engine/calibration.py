@@ -37,6 +37,7 @@ CALIBRATION_ROUNDS = 3  # after one warm-up round; the fastest counts (a neighbo
 RECALIBRATE_ENV = "SPECLS_RECALIBRATE"
 # "w8a8": int8 weights with per-row int8 activations, what a CPU without native bf16 runs (`engine.quantize`).
 BYTES_PER_PARAM = {"bf16": 2, "fp16": 2, "fp32": 4, "w8a8": 1}
+Projection = Callable[[Any], Any]  # a tensor in, a tensor out (torch is imported only to calibrate)
 
 
 def read_shape(folder: Path) -> ModelShape:
@@ -86,7 +87,7 @@ def measure_rates(
     import torch
     import torch.nn.functional as functional
 
-    from engine.quantize import make_linear
+    from engine.quantize import RowwiseInt8Linear
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype_name, torch.float32)
     matrices = timed_matrices(shape, dtype_name)
@@ -98,22 +99,27 @@ def measure_rates(
     torch.set_num_threads(threads)
     try:
         with torch.inference_mode():
-            projections: list[tuple[int, Callable[[torch.Tensor], torch.Tensor]]] = []
+            # (input width, a decode step's call, a prompt read's call) for each matrix of each copy
+            projections: list[tuple[int, Projection, Projection]] = []
             for _ in range(copies):
                 for rows, cols in matrices:
                     weight = torch.full((rows, cols), 0.01, dtype=dtype)
-                    if dtype_name == "w8a8":  # the loaded model's own int8 kernel
-                        projections.append((cols, make_linear(weight, None, "w8a8")))
+                    if (
+                        dtype_name == "w8a8"
+                    ):  # the loaded model's own int8 kernel: two passes a step, one a prompt
+                        linear = RowwiseInt8Linear(weight)
+                        projections.append((cols, linear, linear.read_prompt))
                     else:
-                        projections.append((cols, functools.partial(functional.linear, weight=weight)))
+                        dense = functools.partial(functional.linear, weight=weight)
+                        projections.append((cols, dense, dense))
             fastest = {}
             for m in (1, PROMPT_ROWS):
                 inputs = {cols: torch.full((m, cols), 0.01, dtype=dtype) for _, cols in matrices}
                 best = math.inf
                 for _ in range(rounds + 1):  # the first round warms kernels up
                     began = clock()
-                    for cols, projection in projections:
-                        projection(inputs[cols])
+                    for cols, step, prompt in projections:
+                        (step if m == 1 else prompt)(inputs[cols])
                     best = min(best, (clock() - began) / copies)
                 fastest[m] = max(best, 1e-9)
             del projections
