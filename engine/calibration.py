@@ -104,9 +104,8 @@ def measure_rates(
             for _ in range(copies):
                 for rows, cols in matrices:
                     weight = torch.full((rows, cols), 0.01, dtype=dtype)
-                    if (
-                        dtype_name == "w8a8"
-                    ):  # the loaded model's own int8 kernel: two passes a step, one a prompt
+                    # W8A8: the loaded model's own int8 kernel, two passes a step, one a prompt.
+                    if dtype_name == "w8a8":
                         linear = RowwiseInt8Linear(weight)
                         projections.append((cols, linear, linear.read_prompt))
                     else:
