@@ -83,4 +83,4 @@ def test_readme_names_the_default_models_from_the_catalog() -> None:
 
     text = README.read_text(encoding="utf-8")
     assert f"`{DEFAULT_MODEL}` (default where the 1.5B's keystroke budget does not fit)" in text
-    assert f"`{DEFAULT_LARGE_MODEL}` (default on a GPU, or a bf16 CPU fast enough for it" in text
+    assert f"`{DEFAULT_LARGE_MODEL}` (default on a GPU, or a CPU fast enough for it" in text
