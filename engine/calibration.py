@@ -69,9 +69,8 @@ def timed_matrices(shape: ModelShape, dtype_name: str) -> list[tuple[int, int]]:
     out 92 ms where the loaded pair stepped in 112 on a 2-core Xeon with AVX2 kernels)."""
     if dtype_name != "w8a8":
         return [(shape.intermediate, shape.hidden)]
-    kv_width = shape.hidden // shape.heads * shape.kv_heads
     return [
-        (shape.hidden + 2 * kv_width, shape.hidden),
+        (shape.hidden + 2 * shape.kv_width, shape.hidden),
         (shape.hidden, shape.hidden),
         (2 * shape.intermediate, shape.hidden),
         (shape.hidden, shape.intermediate),

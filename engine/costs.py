@@ -152,10 +152,14 @@ class ModelShape:
         )
 
     @property
+    def kv_width(self) -> int:
+        """The width of the k and v projections' outputs (grouped-query attention: fewer heads than q)."""
+        return self.hidden // self.heads * self.kv_heads
+
+    @property
     def layer_params(self) -> int:
         """One layer's projections: q and o (hidden x hidden), k and v (hidden x kv width), the gated MLP."""
-        kv_width = self.hidden // self.heads * self.kv_heads
-        return 2 * self.hidden * (self.hidden + kv_width) + 3 * self.hidden * self.intermediate
+        return 2 * self.hidden * (self.hidden + self.kv_width) + 3 * self.hidden * self.intermediate
 
     @property
     def step_params(self) -> int:
