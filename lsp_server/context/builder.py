@@ -6,7 +6,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from engine.api import BackendInfo, ImportNames, StopCheck, may_become_from_import, may_become_import
+from engine.api import (
+    ANY_NAME,
+    BackendInfo,
+    ImportNames,
+    StopCheck,
+    may_become_from_import,
+    may_become_import,
+)
 from engine.costs import AT_REST_SUGGESTION_S, readable_prompt_tokens
 from engine.words import ascii_word, is_word_char, word_start
 from lsp_server.context.definitions import in_import_block
@@ -19,6 +26,7 @@ from lsp_server.context.fim import (
     fit_prefix_suffix,
     marker_texts,
 )
+from lsp_server.context.import_blocks import import_block_at, names_for_line
 from lsp_server.context.indentation import IndentStyle, indent_style_around, reindent
 from lsp_server.context.snippets import display_path, select_snippets, snippet_tokens
 from lsp_server.context.stops import SyntaxStopRules, finalize, innermost_open_indent
@@ -377,7 +385,8 @@ def build_completion_context(
         stop_rules=rules,
         forced_prefix=fragment,
         indent_style=style,
-        import_names=_import_names(store, doc, offset, line_before, known),
+        import_names=_import_block_names(store, doc, offset, line_before, settings, rules)
+        or _import_names(store, doc, offset, line_before, known),
         blank_line=blank_line_fits(doc.language, fragment, rules),
     )
 
@@ -432,6 +441,38 @@ def _import_names(
     if not (from_line or whole):
         return None
     return ImportNames(line_before, modules, relative_depth, wanted, elsewhere - whole, whole)
+
+
+def _import_block_names(
+    store: DocumentStore,
+    doc: Document,
+    offset: int,
+    line_before: str,
+    settings: ContextSettings,
+    rules: SyntaxStopRules,
+) -> ImportNames | None:
+    """At a line among the names of a Python `from M import (` block, with import steering on: the line is
+    steered as the block's own line would be (`from M import (` and the line so far), to the names of M that
+    it may still import (`import_blocks.names_for_line`); None elsewhere, where M is outside what the
+    workspace enumerated, and where no name is left."""
+    if not (doc.language == "python" and rules.literal is None and settings.steer_imports):
+        return None
+    if store.workspace is None:
+        return None
+    block = import_block_at(doc.text, offset)
+    if block is None:
+        return None
+    known = store.workspace.import_names(doc)
+    if known is None:
+        return None
+    modules, relative_depth = known
+    bound = modules.get(block.module)
+    if bound is None or ANY_NAME in bound:
+        return None
+    allowed = names_for_line(bound, block)
+    if not allowed:
+        return None
+    return ImportNames(f"from {block.module} import (" + line_before, {block.module: allowed}, relative_depth)
 
 
 # The block of the lines below keeps its first line while the cursor is at most this many lines above it: a
