@@ -48,6 +48,7 @@ _FROM = re.compile(r"[ \t]*from(?P<gap>[ \t]+)(?P<module>[\w.]*)(?P<rest>.*)", r
 _IMPORT_LINE = re.compile(r"[ \t]*import(?P<clause>.*)", re.DOTALL)
 _IMPORT_KEYWORD = re.compile(r"(?P<gap>[ \t]+)(?P<keyword>\w*)(?P<clause>.*)", re.DOTALL)
 _WORD_AT_END = re.compile(r"\w+$")
+_AWAITING_NAME = re.compile(r"[ \t]+import[ \t]*\((?:[^)#]*,)?[ \t]*")  # `import (`, `import (a, `
 _STATEMENT_END = re.compile(r"[#;]")  # a comment or a second statement: the names before it are complete
 
 LineRule = Callable[[str, ImportNames, bool], bool]  # (line so far, what it may import, whether it ended)
@@ -202,13 +203,24 @@ def word_endings(line: str, names: ImportNames) -> list[str]:
     module = match["module"]
     known: Iterable[str] = names.modules
     if match["rest"]:
-        spelled = _WORD_AT_END.search(line)
-        if module not in names.modules or spelled is None:
+        if module not in names.modules:
             return []
+        spelled = _WORD_AT_END.search(line)
+        if spelled is None:
+            return _awaited_names(line, match["rest"], names.modules[module])
         module, known = spelled[0], names.modules[module]
     return [
         spelling[len(module) :] for spelling in known if spelling.startswith(module) and spelling != module
     ]
+
+
+def _awaited_names(line: str, rest: str, bound: frozenset[str]) -> list[str]:
+    """Inside a `from` line's parentheses, where a name is due (after the `(` or a comma): each name `bound`
+    holds, spelled from there (with its space where the line does not end in one); else nothing."""
+    if not _AWAITING_NAME.fullmatch(rest):
+        return []
+    space = "" if line[-1:].isspace() else " "
+    return [space + name for name in sorted(bound) if name != ANY_NAME]
 
 
 def _judged(module: str, names: ImportNames) -> bool:
@@ -310,8 +322,11 @@ class ImportLineConstraint:
             line, ended = self._line(generated)
             if ended:  # nothing more to steer
                 break
+            owed = self._owed(generated)
+            if line is None and owed:  # this row's token may finish the forced prefix and begin the line
+                line = self.names.line_start
             if line is not None and self._steers(line):
-                fitting = self._fitting(logits[row], line)
+                fitting = self._fitting(logits[row], line, owed)
                 if fitting is not None:
                     if constrained is logits:
                         constrained = logits.clone()
@@ -355,46 +370,63 @@ class ImportLineConstraint:
             return None, True
         return self.names.line_start + written, False
 
-    def _fitting(self, row: torch.Tensor, line: str) -> list[int] | None:
+    def _owed(self, generated: str) -> str:
+        """What of the forced prefix is still to be spelled after `generated` (its last whitespace usually comes
+        with the line's first word: " Name"); "" once it is spelled, and where `generated` left it."""
+        if len(generated) >= len(self.forced_text) or not self.forced_text.startswith(generated):
+            return ""
+        return self.forced_text[len(generated) :]
+
+    def _fitting(self, row: torch.Tensor, line: str, owed: str = "") -> list[int] | None:
         """Where the file is missing names, first: of the row's STEERED_CANDIDATES best tokens, those on the way
         to importing one (`wanted_import_fits`), or where none is, those spelling the missing name from the
         module the line names (`wanted_endings`). Then, or where all of the best are on that way: those that
         keep the line fitting; where none of them does, the tokens that go on spelling a module or name the
         line has begun (`word_endings`: a prefix allowed earlier must lead somewhere). None where all of the
-        best fit, or nothing does (the row stands)."""
+        best fit, or nothing does (the row stands). `owed`: what of the forced prefix a token must spell first."""
         candidates = row.float().topk(min(STEERED_CANDIDATES, row.shape[-1])).indices.tolist()
         vocab = row.shape[-1]  # the tokenizer may know ids the model's head lacks
         if self.names.wanted or self.names.wanted_elsewhere or self.names.wanted_modules:
-            wanted = [token for token in candidates if self._fits(line, token, wanted_import_fits)]
+            wanted = [token for token in candidates if self._fits(line, token, wanted_import_fits, owed)]
             if wanted and len(wanted) < len(candidates):
                 return wanted
             if not wanted:  # a line already importing from where a missing name is goes on to that name
-                spelled = self._spelling(wanted_endings(line, self.names), line, vocab, wanted_import_fits)
+                endings = wanted_endings(line, self.names)
+                spelled = self._spelling(endings, line, vocab, wanted_import_fits, owed)
                 if spelled:
                     return spelled
-        fitting = [token for token in candidates if self._fits(line, token)]
+        fitting = [token for token in candidates if self._fits(line, token, import_line_fits, owed)]
         if len(fitting) == len(candidates):
             return None
         if not fitting:
-            fitting = self._spelling(word_endings(line, self.names), line, vocab, import_line_fits)
+            fitting = self._spelling(word_endings(line, self.names), line, vocab, import_line_fits, owed)
         return fitting or None
 
-    def _spelling(self, endings: Iterable[str], line: str, vocab: int, fits: LineRule) -> list[int]:
-        """The tokens that go on spelling one of `endings` and keep the line fitting `fits`."""
+    def _spelling(
+        self, endings: Iterable[str], line: str, vocab: int, fits: LineRule, owed: str = ""
+    ) -> list[int]:
+        """The tokens that go on spelling one of `endings` (after what is `owed` of the forced prefix) and keep
+        the line fitting `fits`."""
         spelling: set[int] = set()
         for ending in endings:
             try:
-                spelling.update(self.token_texts.allowed_ids(ending).tolist())
+                spelling.update(self.token_texts.allowed_ids(owed + ending).tolist())
             except ValueError:  # no token spells it (a letter the vocabulary lacks)
                 continue
-        return sorted(t for t in spelling if t < vocab and self._fits(line, t, fits))
+        return sorted(t for t in spelling if t < vocab and self._fits(line, t, fits, owed))
 
-    def _fits(self, line: str, token_id: int, fits: LineRule = import_line_fits) -> bool:
+    def _fits(self, line: str, token_id: int, fits: LineRule = import_line_fits, owed: str = "") -> bool:
         if self.token_texts.is_special(token_id):  # the end of text (or a marker) ends the line as it is
             return fits(line, self.names, True)
         token_text = self._text(token_id)
         if not token_text:  # an id the tokenizer does not know: not this rule's business
             return True
+        if owed:
+            if not token_text.startswith(
+                owed
+            ):  # still spelling the forced prefix (or not: healing's business)
+                return True
+            token_text = token_text[len(owed) :]
         breaks = [at for at in (token_text.find("\n"), token_text.find("\r")) if at != -1]
         if breaks:
             return fits(line + token_text[: min(breaks)], self.names, True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from engine.api import BackendInfo
@@ -156,3 +157,30 @@ def test_the_engine_constraint_masks_a_name_the_module_lacks_on_such_a_line(tmp_
     steered = constraint.constrain(logits)
     assert int(steered[0].argmax()) == texts.index(" Gu")
     assert steered[0, texts.index(" Task")] == float("-inf")
+
+
+def test_the_first_word_is_steered_where_its_token_finishes_the_forced_indentation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Token healing re-spells the line break and indentation, the last space with the word (" Task"): that
+    row is the line's first word, so it is steered too; where none of the best tokens begins a name that fits,
+    the tokens spelling one do."""
+    init = _project(tmp_path)
+    marked = (
+        "from .spans import (\n    AgentSpanData,\n    GenerationSpanData,\n    <>\n    HandoffSpanData,\n)\n"
+    )
+    names = _context(init, tmp_path, marked).import_names
+    assert names is not None
+    texts = ["\n", "   ", " Task", " Gu", "ardrail", "SpanData", ",", " Zeta"]
+    constraint = ImportLineConstraint(names, TokenTexts(texts), forced_text="\n    ")
+    constraint.advance([0, 1])  # "\n" and three spaces: one space is still owed
+    logits = torch.tensor([[0.0, 0.0, 5.0, 1.0, 0.0, 0.0, 0.0, 4.0]])
+    steered = constraint.constrain(logits)
+    assert int(steered[0].argmax()) == texts.index(" Gu")
+    assert steered[0, texts.index(" Task")] == float("-inf")
+    # None of the two best (" Task", " Zeta") fits: the tokens that spell the name are what stays.
+    monkeypatch.setattr("engine.imports.STEERED_CANDIDATES", 2)
+    steered = ImportLineConstraint(names, TokenTexts(texts), forced_text="\n    ")
+    steered.advance([0, 1])
+    row = steered.constrain(logits)[0]
+    assert torch.isfinite(row).tolist() == [text == " Gu" for text in texts]
