@@ -422,9 +422,8 @@ class ImportLineConstraint:
         if not token_text:  # an id the tokenizer does not know: not this rule's business
             return True
         if owed:
-            if not token_text.startswith(
-                owed
-            ):  # still spelling the forced prefix (or not: healing's business)
+            # A token still inside the forced prefix (or off it: healing's business) is not judged here.
+            if not token_text.startswith(owed):
                 return True
             token_text = token_text[len(owed) :]
         breaks = [at for at in (token_text.find("\n"), token_text.find("\r")) if at != -1]
