@@ -131,7 +131,10 @@ class ImportNames:
     either is non-empty, a `from` line is steered first to importing one of them, then as above.
     `wanted_modules` holds the standard library's modules the file uses whole and does not import
     (`copy.deepcopy(x)` without `import copy`): where it is non-empty, a line at the imports is steered first to
-    `import` one of them, or to a `from` line as above."""
+    `import` one of them, or to a `from` line as above.
+
+    `exports`: at a line among the strings of the module's `__all__` list, what the line may list instead
+    (`ExportNames`); the line is then no import, and the fields above are not read."""
 
     line_start: str  # the cursor's line before the cursor, already typed
     modules: Mapping[str, frozenset[str]]
@@ -139,6 +142,18 @@ class ImportNames:
     wanted: Mapping[str, frozenset[str]] = field(default_factory=dict)
     wanted_elsewhere: frozenset[str] = frozenset()
     wanted_modules: frozenset[str] = frozenset()
+    exports: ExportNames | None = None
+
+
+@dataclass(frozen=True)
+class ExportNames:
+    """What a line among the strings of a Python module's `__all__` list may list: `names` (bound by the module
+    or its package's submodules, not listed yet), each as `quote`, name, `quote`, then a comma, which must end
+    the line where more of the list follows (`"A"` above `"B"` would join them into one string)."""
+
+    names: frozenset[str]
+    quote: str = '"'
+    comma_due: bool = True
 
 
 ANY_NAME = "*"  # in `ImportNames.modules`: the module's names are open

@@ -22,6 +22,8 @@ space (`ImportNames`: each module a line could spell, the names importable from 
   else is followed.
 - Whatever the module, a `from` line may not end where no statement ends (`from typing import`): the end of
   text ends the line too.
+- A line among the strings of `__all__` (`ImportNames.exports`, `export_line_fits`) lists only names the module
+  binds and has not listed, quoted as the list quotes them, with the comma the list needs.
 
 Only the cursor's first line is steered; the constraint ends at its line break.
 """
@@ -32,7 +34,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from engine.api import ANY_NAME, ImportNames, may_become_from_import, may_become_import
+from engine.api import ANY_NAME, ExportNames, ImportNames, may_become_from_import, may_become_import
 
 # The line rules are pure: the stop rules (`lsp_server.context.stops`) use them without loading torch.
 if TYPE_CHECKING:
@@ -59,7 +61,10 @@ def import_line_fits(line: str, names: ImportNames, ended: bool) -> bool:
     `from` import of a module in `names.modules` naming only what that module binds (each name followed by
     nothing, `as alias`, a comma, a comment or a line continuation). A line that is not a `from` import fits;
     one from a module outside what was enumerated (the standard library, installed packages) is held only to
-    the statement's form: `from typing import` ends no statement, whatever `typing` binds."""
+    the statement's form: `from typing import` ends no statement, whatever `typing` binds. At a line of
+    `__all__` (`names.exports`), `export_line_fits` judges instead."""
+    if names.exports is not None:
+        return export_line_fits(line, names.exports, ended)
     match = _FROM.fullmatch(line)
     if match is None:
         return True
@@ -74,6 +79,56 @@ def import_line_fits(line: str, names: ImportNames, ended: bool) -> bool:
     if isinstance(clause, bool):
         return clause
     return _clause_fits(clause, names.modules[module], ended)
+
+
+def export_line_fits(line: str, exports: ExportNames, ended: bool) -> bool:
+    """Whether `line` (indentation, then what is written so far) can still become, or is, a line of `__all__`
+    entries: names of `exports.names`, each once, quoted with `exports.quote`, separated by commas, a comment
+    at the end at most; the last name may still be being spelled. An ended line lists a name, and its comma
+    where one is due."""
+    body = line.lstrip(" \t")
+    comment = body.find("#")
+    if comment != -1:
+        body, ended = body[:comment].rstrip(" \t"), True
+    quote = exports.quote
+    named: set[str] = set()
+    rest = body
+    while True:
+        if not rest:  # the line start: an entry is due
+            return not ended
+        if rest[0] != quote:
+            return False
+        close = rest.find(quote, 1)
+        if close == -1:  # a name being spelled
+            spelled = rest[1:]
+            return not ended and any(n.startswith(spelled) and n not in named for n in exports.names)
+        name = rest[1:close]
+        if name in named or name not in exports.names:
+            return False
+        named.add(name)
+        after = rest[close + 1 :].lstrip(" \t")
+        if not after:
+            return not ended or not exports.comma_due
+        if after[0] != ",":
+            return False
+        rest = after[1:].lstrip(" \t")
+        if not rest:
+            return True
+
+
+def export_endings(line: str, exports: ExportNames) -> list[str]:
+    """What would finish the entry `line` is writing: where only indentation is written, each name whole
+    (quoted, with its comma); inside an open quote, the rest of each name it begins."""
+    body = line.lstrip(" \t")
+    quote = exports.quote
+    if not body:
+        return [f"{quote}{name}{quote}," for name in sorted(exports.names)]
+    if body[0] != quote or quote in body[1:] or "," in body:
+        return []
+    spelled = body[1:]
+    return [
+        name[len(spelled) :] for name in sorted(exports.names) if name.startswith(spelled) and name != spelled
+    ]
 
 
 def wanted_import_fits(line: str, names: ImportNames, ended: bool) -> bool:
@@ -196,7 +251,10 @@ def judged_from_line(line: str, names: ImportNames) -> bool:
 
 def word_endings(line: str, names: ImportNames) -> list[str]:
     """What would finish the module or the name being spelled at the end of `line`: the rest of each known
-    spelling it begins (["set"] after `import OpenAPITool` where the module binds OpenAPIToolset)."""
+    spelling it begins (["set"] after `import OpenAPITool` where the module binds OpenAPIToolset); at a line of
+    `__all__`, `export_endings`."""
+    if names.exports is not None:
+        return export_endings(line, names.exports)
     match = _FROM.fullmatch(line)
     if match is None or not _judged(match["module"], names):
         return []
@@ -296,7 +354,8 @@ def _alias_fits(words: list[str], open_end: bool) -> bool:
 
 
 class ImportLineConstraint:
-    """One generation's steering of its first line, if that line is a `from` import (`import_line_fits`).
+    """One generation's steering of its first line, if that line is a `from` import or a line of `__all__`
+    (`import_line_fits`).
 
     `forced_text` is token healing's forced prefix: the first generated tokens spell it (already typed, it is
     part of `names.line_start`), so the line is `line_start` plus what the tokens write after it.
@@ -351,13 +410,15 @@ class ImportLineConstraint:
         self._done = ended or (line is not None and not self._may_steer(line))
 
     def _may_steer(self, line: str) -> bool:
-        """Whether the line may still become one this constraint steers."""
+        """Whether the line may still become one this constraint steers (a line of `__all__` always is)."""
+        if self.names.exports is not None:
+            return True
         return may_become_from_import(line) or (bool(self.names.wanted_modules) and may_become_import(line))
 
     def _steers(self, line: str) -> bool:
         """Whether this row is steered: a `from` line; while a standard module is wanted whole, also a line
-        still choosing between `from` and `import`, and an `import` line."""
-        if self.names.wanted_modules:
+        still choosing between `from` and `import`, and an `import` line; a line of `__all__`."""
+        if self.names.exports is not None or self.names.wanted_modules:
             return self._may_steer(line)
         return line.lstrip(" \t").startswith("from")
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from engine.api import (
     ANY_NAME,
     BackendInfo,
+    ExportNames,
     ImportNames,
     StopCheck,
     may_become_from_import,
@@ -16,7 +17,7 @@ from engine.api import (
 )
 from engine.costs import AT_REST_SUGGESTION_S, readable_prompt_tokens
 from engine.words import ascii_word, is_word_char, word_start
-from lsp_server.context.definitions import in_import_block
+from lsp_server.context.definitions import bound_names, code_only, in_import_block, without_line_at
 from lsp_server.context.fim import (
     BLOCK_LINES,
     PREFIX_ONLY,
@@ -26,12 +27,13 @@ from lsp_server.context.fim import (
     fit_prefix_suffix,
     marker_texts,
 )
-from lsp_server.context.import_blocks import import_block_at, names_for_line
+from lsp_server.context.import_blocks import export_list_at, import_block_at, names_for_line
 from lsp_server.context.indentation import IndentStyle, indent_style_around, reindent
 from lsp_server.context.snippets import display_path, select_snippets, snippet_tokens
 from lsp_server.context.stops import SyntaxStopRules, finalize, innermost_open_indent
 from lsp_server.context.syntax import Mode, completion_mode, indent_width, literal_kind, opens_block
 from lsp_server.context.trees import tree_for_prompt
+from lsp_server.context.workspace import binds_on_demand
 from lsp_server.languages import language_spec
 
 if TYPE_CHECKING:
@@ -386,6 +388,7 @@ def build_completion_context(
         forced_prefix=fragment,
         indent_style=style,
         import_names=_import_block_names(store, doc, offset, line_before, settings, rules)
+        or _export_names(store, doc, offset, line_before, settings, rules)
         or _import_names(store, doc, offset, line_before, known),
         blank_line=blank_line_fits(doc.language, fragment, rules),
     )
@@ -473,6 +476,38 @@ def _import_block_names(
     if not allowed:
         return None
     return ImportNames(f"from {block.module} import (" + line_before, {block.module: allowed}, relative_depth)
+
+
+def _export_names(
+    store: DocumentStore,
+    doc: Document,
+    offset: int,
+    line_before: str,
+    settings: ContextSettings,
+    rules: SyntaxStopRules,
+) -> ImportNames | None:
+    """At a line among the strings of a Python module's `__all__` list, with import steering on: the names the
+    line may list (`import_blocks.names_for_line`), of those the file binds, the cursor's line left out, and
+    a package's submodules; None elsewhere, where the module makes names on demand, where a package's
+    submodules are unknown (no workspace folder holds it), and where no name is left."""
+    if not (doc.language == "python" and rules.literal is None and settings.steer_imports):
+        return None
+    listing = export_list_at(doc.text, offset)
+    if listing is None:
+        return None
+    code = code_only(without_line_at(doc.text, offset))
+    if binds_on_demand(code):
+        return None
+    is_package = doc.uri.endswith("/__init__.py")
+    submodules = store.workspace.submodules(doc) if store.workspace is not None else None
+    if submodules is None and is_package:
+        return None
+    bound = frozenset(bound_names(code) | (submodules or frozenset())) - {"__all__"}
+    allowed = names_for_line(bound, listing)
+    if not allowed:
+        return None
+    exports = ExportNames(allowed, listing.quote, comma_due=bool(listing.below))
+    return ImportNames(line_before, {}, exports=exports)
 
 
 # The block of the lines below keeps its first line while the cursor is at most this many lines above it: a

@@ -158,12 +158,17 @@ def _parsed_document(path: Path, text: str) -> Document:
     return document
 
 
+def binds_on_demand(code: str) -> bool:
+    """Whether a module's code (`code_only`) leaves its names open: a star import, or a module `__getattr__`."""
+    return _OPEN_NAMES.search(code) is not None
+
+
 def _module_outline(path: Path, text: str) -> ModuleOutline:
     # Names bound in a block (`try:` around an import, `if TYPE_CHECKING:`) are importable too: a name counted
     # that is not lets a wrong import through; one missed would steer a right one away (`engine.imports`).
     code = code_only(text)
     bound = frozenset(bound_names(code)) | frozenset(listed_names(text))
-    if _OPEN_NAMES.search(code):
+    if binds_on_demand(code):
         bound |= {ANY_NAME}
     return ModuleOutline(top_level_definitions(text, reexports=path.name == "__init__.py"), bound)
 
@@ -312,6 +317,25 @@ class WorkspaceFiles:
         if not index.complete:
             return None
         return self._importable_from(index, here)
+
+    def submodules(self, current: Document) -> frozenset[str] | None:
+        """The modules and subpackages of the package whose `__init__.py` `current` is (none for another module);
+        None outside the workspace folders and where the index could not list every file."""
+        here, root = self._place_of(current)
+        if here is None or root is None:
+            return None
+        if here.name != "__init__.py":
+            return frozenset()
+        index = self._current_index(root)
+        if not index.complete:
+            return None
+        package = here.parent
+        return frozenset(
+            path.parent.name if path.name == "__init__.py" else path.stem
+            for path in index.bound
+            if path != here
+            and package in (path.parent, path.parent.parent if path.name == "__init__.py" else None)
+        )
 
     def wanted_imports(
         self, current: Document, offset: int

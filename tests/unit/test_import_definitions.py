@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from engine.api import BackendInfo
 from lsp_server.context import build_completion_context
 from lsp_server.context import workspace as workspace_module
 from lsp_server.context.builder import ContextSettings
@@ -19,13 +18,11 @@ from lsp_server.context.definitions import (
     unbound_names,
     without_line_at,
 )
-from lsp_server.context.fim import QWEN_CODER
 from lsp_server.context.workspace import AMBIGUOUS_MODULES, MAX_FILE_BYTES, WorkspaceFiles
 from lsp_server.documents import DocumentStore, new_document
+from tests.unit.steering_support import QWEN
 
 # A backend whose tokenizer has Qwen2.5-Coder's FIM tokens (test_context_fim checks how they are detected).
-QWEN_TOKENS = (QWEN_CODER.prefix_token, QWEN_CODER.suffix_token, QWEN_CODER.middle_token, QWEN_CODER.file_sep)
-QWEN = BackendInfo("fake", "t", None, QWEN_TOKENS, 32768, "cpu")
 HEADER = "# Copyright 2025\n\n"
 USES = '\n\n\ndef run(rows):\n    """Scale the rows."""\n    return scale_rows(rows, DEFAULT_FACTOR)\n'
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.api import BackendInfo, ImportNames
+from engine.api import ImportNames
 from engine.healing import TokenTexts
 from engine.imports import (
     ImportLineConstraint,
@@ -17,15 +17,12 @@ from engine.imports import (
     wanted_import_fits,
     word_endings,
 )
-from lsp_server.context import build_completion_context
 from lsp_server.context.builder import ContextSettings
 from lsp_server.context.definitions import dotted_uses
-from lsp_server.context.fim import QWEN_CODER
 from lsp_server.context.workspace import MAX_FILE_BYTES, WorkspaceFiles, standard_modules_used
-from lsp_server.documents import DocumentStore, new_document
+from lsp_server.documents import new_document
+from tests.unit.steering_support import context_at
 
-QWEN_TOKENS = (QWEN_CODER.prefix_token, QWEN_CODER.suffix_token, QWEN_CODER.middle_token, QWEN_CODER.file_sep)
-QWEN = BackendInfo("fake", "t", None, QWEN_TOKENS, 32768, "cpu")
 NAMES = ImportNames(
     "",
     {
@@ -140,32 +137,21 @@ def test_a_file_outside_the_workspace_gets_nothing(tmp_path: Path) -> None:
     assert outside.import_names(new_document(runner.as_uri(), "python", 1, runner.read_text())) is None
 
 
-def _context(path: Path, root: Path, marked: str, settings: ContextSettings | None = None):  # type: ignore[no-untyped-def]
-    """The context at `<>` in `marked`, the file opened with the workspace folder `root`."""
-    offset = marked.index("<>")
-    store = DocumentStore()
-    store.workspace = WorkspaceFiles([root])
-    store.open(path.as_uri(), "python", 1, marked.replace("<>", ""))
-    return build_completion_context(
-        store, path.as_uri(), offset, QWEN, settings or ContextSettings(), lambda text: len(text) // 4 + 1
-    )
-
-
 def test_the_builder_asks_for_steering_at_the_imports_only(tmp_path: Path) -> None:
     runner = _project(tmp_path)
     at_imports = "from .llm_agent import LlmAgent\n<>\n\nclass Runner:\n    pass\n"
-    ctx = _context(runner, tmp_path, at_imports)
+    ctx = context_at(runner, tmp_path, at_imports)
     assert ctx.import_names is not None
     assert ctx.import_names.line_start == ""
     assert ".llm_agent" in ctx.import_names.modules
     typing_from = "from .llm_agent import LlmAgent\nfrom .<>\n\nclass Runner:\n    pass\n"
-    assert _context(runner, tmp_path, typing_from).import_names.line_start == "from ."  # type: ignore[union-attr]
+    assert context_at(runner, tmp_path, typing_from).import_names.line_start == "from ."  # type: ignore[union-attr]
     in_body = "from .llm_agent import LlmAgent\n\n\nclass Runner:\n    <>\n"
-    assert _context(runner, tmp_path, in_body).import_names is None
+    assert context_at(runner, tmp_path, in_body).import_names is None
     other_line = "from .llm_agent import LlmAgent\nx = <>\n\nclass Runner:\n    pass\n"
-    assert _context(runner, tmp_path, other_line).import_names is None
+    assert context_at(runner, tmp_path, other_line).import_names is None
     off = ContextSettings(steer_imports=False)
-    assert _context(runner, tmp_path, at_imports, off).import_names is None
+    assert context_at(runner, tmp_path, at_imports, off).import_names is None
 
 
 def test_names_made_on_demand_or_unread_leave_a_module_open(
@@ -350,7 +336,9 @@ def test_what_the_file_is_missing_from_its_workspace(tmp_path: Path) -> None:
 
 def test_the_builder_hands_the_engine_the_missing_import(tmp_path: Path) -> None:
     runner = _project(tmp_path)
-    ctx = _context(runner, tmp_path, "from .llm_agent import LlmAgent\n<>\n\nclass Runner:\n    x = LIMIT\n")
+    ctx = context_at(
+        runner, tmp_path, "from .llm_agent import LlmAgent\n<>\n\nclass Runner:\n    x = LIMIT\n"
+    )
     assert ctx.import_names is not None
     assert ctx.import_names.wanted["..config"] == {"LIMIT"}
 
@@ -381,7 +369,9 @@ def test_a_later_from_line_naming_what_the_workspace_lacks_ends_the_suggestion_b
     tmp_path: Path,
 ) -> None:
     runner = _project(tmp_path)
-    ctx = _context(runner, tmp_path, "from .llm_agent import LlmAgent\nfrom .<>\n\nclass Runner:\n    pass\n")
+    ctx = context_at(
+        runner, tmp_path, "from .llm_agent import LlmAgent\nfrom .<>\n\nclass Runner:\n    pass\n"
+    )
     rules = ctx.stop_rules
     assert rules is not None
     first = "llm_agent import Agent"
@@ -396,7 +386,7 @@ def test_a_later_from_line_naming_what_the_workspace_lacks_ends_the_suggestion_b
 
 def test_later_lines_that_exist_or_are_not_judged_are_kept(tmp_path: Path) -> None:
     runner = _project(tmp_path)
-    ctx = _context(runner, tmp_path, "from .llm_agent import LlmAgent\n<>\n\nclass Runner:\n    pass\n")
+    ctx = context_at(runner, tmp_path, "from .llm_agent import LlmAgent\n<>\n\nclass Runner:\n    pass\n")
     rules = ctx.stop_rules
     assert rules is not None
     kept = [
@@ -414,14 +404,14 @@ def test_later_lines_that_exist_or_are_not_judged_are_kept(tmp_path: Path) -> No
 def test_later_import_lines_are_judged_at_the_imports_whatever_the_first_line(tmp_path: Path) -> None:
     runner = _project(tmp_path)
     invented = "os\nfrom .utils import helper"
-    at_imports = _context(
+    at_imports = context_at(
         runner, tmp_path, "from .llm_agent import LlmAgent\nimport <>\n\nclass Runner:\n    pass\n"
     )
     assert at_imports.import_names is None  # `import ` never becomes a `from` line: nothing to steer
     assert at_imports.stop_rules is not None and at_imports.stop_rules.cut(invented, final=False) == 2
-    in_body = _context(runner, tmp_path, "from .llm_agent import LlmAgent\n\n\nclass Runner:\n    <>\n")
+    in_body = context_at(runner, tmp_path, "from .llm_agent import LlmAgent\n\n\nclass Runner:\n    <>\n")
     assert in_body.stop_rules is not None and in_body.stop_rules.later_imports is None
-    off = _context(
+    off = context_at(
         runner, tmp_path, "from .llm_agent import LlmAgent\n<>\n", ContextSettings(steer_imports=False)
     )
     assert off.stop_rules is not None and off.stop_rules.cut(invented, final=False) is None
@@ -533,14 +523,16 @@ def test_standard_modules_the_file_uses_whole() -> None:
 def test_the_builder_asks_for_a_standard_module_the_file_uses_whole(tmp_path: Path) -> None:
     runner = _project(tmp_path)
     body = "\n\nclass Runner:\n    def clone(self):\n        return copy.deepcopy(LlmAgent())\n"
-    ctx = _context(runner, tmp_path, "from .llm_agent import LlmAgent\n<>" + body)
+    ctx = context_at(runner, tmp_path, "from .llm_agent import LlmAgent\n<>" + body)
     assert ctx.import_names is not None and ctx.import_names.wanted_modules == {"copy"}
     assert "copy" not in ctx.import_names.wanted_elsewhere
-    typed = _context(runner, tmp_path, "from .llm_agent import LlmAgent\nimport <>" + body)
+    typed = context_at(runner, tmp_path, "from .llm_agent import LlmAgent\nimport <>" + body)
     assert typed.import_names is not None and typed.import_names.line_start == "import "
     # With nothing used whole, an `import` line is not steered, as before.
     plain = "from .llm_agent import LlmAgent\nimport <>\n\nclass Runner:\n    pass\n"
-    assert _context(runner, tmp_path, plain).import_names is None
+    assert context_at(runner, tmp_path, plain).import_names is None
     # Off with steerImports.
     off = ContextSettings(steer_imports=False)
-    assert _context(runner, tmp_path, "from .llm_agent import LlmAgent\n<>" + body, off).import_names is None
+    assert (
+        context_at(runner, tmp_path, "from .llm_agent import LlmAgent\n<>" + body, off).import_names is None
+    )
