@@ -10,7 +10,8 @@ it natively; else W8A8, through the loaded model's own int8 kernel), the model's
 the fastest of a few rounds. That takes well under a second in bf16 and 3-4 s in W8A8 on two cores (the int8
 copies are quantized first), and is cached as JSON in the specls cache dir (CALIBRATION_FILE), keyed by the
 machine (its CPU and torch's vector ISA), the torch version, the dtype, the threads and the shape;
-SPECLS_RECALIBRATE=1 redoes it, and a new torch version drops the old entries.
+SPECLS_RECALIBRATE=1 redoes it, and a new torch version drops the old entries. One taken while other work held
+the CPU (MIN_CPU_SHARE) stands for that start only.
 `engine.costs.estimate_first_line` turns the rates into the first-line time the server would check after load
 (`lsp_server.scheduling.budget.first_line_fit`).
 """
@@ -35,6 +36,12 @@ CALIBRATION_FILE = "calibration.json"
 CALIBRATION_BYTES = 192 * 2**20  # past what this Xeon's caches flatter (one 27 MB matrix: 17 GB/s, 8: 12)
 CALIBRATION_ROUNDS = 3  # after one warm-up round; the fastest counts (a neighbour only ever adds time)
 RECALIBRATE_ENV = "SPECLS_RECALIBRATE"
+# A calibration whose process got less of its threads' CPU time than this shared the machine with other work
+# (a build, a benchmark): it stands for this start, whose model has to run beside that work too, but is not
+# cached, or the machine would be judged by its busiest minute until SPECLS_RECALIBRATE=1. On the 2-core AMD
+# EPYC (AVX2) it read 0.99-1.00 idle and 0.48-0.50 beside a benchmark holding both cores, whose 1.5B W8A8 one-row
+# timing came out 17x the idle one (47 ms against 2.8).
+MIN_CPU_SHARE = 0.8
 # "w8a8": int8 weights with per-row int8 activations, what a CPU without native bf16 runs (`engine.quantize`).
 BYTES_PER_PARAM = {"bf16": 2, "fp16": 2, "fp32": 4, "w8a8": 1}
 # What a whole W8A8 step costs beyond its projections' timing (attention, norms, the activations' scales): on the
@@ -85,9 +92,12 @@ def measure_rates(
     budget_bytes: int = CALIBRATION_BYTES,
     rounds: int = CALIBRATION_ROUNDS,
     clock: Callable[[], float] = time.perf_counter,
+    process_clock: Callable[[], float] = time.process_time,
 ) -> dict[str, Any]:
     """Time one-row and PROMPT_ROWS-row matmuls over copies of `shape`'s `timed_matrices` on the CPU with
-    `threads` threads (restored afterwards); the measured numbers, as the cache stores them."""
+    `threads` threads (restored afterwards); the measured numbers, as the cache stores them, with `cpu_share`:
+    the CPU time the process got while timing, over what its threads could have had (other work on the
+    machine takes the rest)."""
     import torch
     import torch.nn.functional as functional
 
@@ -116,6 +126,7 @@ def measure_rates(
                         dense = functools.partial(functional.linear, weight=weight)
                         projections.append((cols, dense, dense))
             fastest = {}
+            timing_began, cpu_began = clock(), process_clock()
             for m in (1, PROMPT_ROWS):
                 inputs = {cols: torch.full((m, cols), 0.01, dtype=dtype) for _, cols in matrices}
                 best = math.inf
@@ -125,6 +136,8 @@ def measure_rates(
                         (step if m == 1 else prompt)(inputs[cols])
                     best = min(best, (clock() - began) / copies)
                 fastest[m] = max(best, 1e-9)
+            wall_spent = clock() - timing_began
+            cpu_share = (process_clock() - cpu_began) / max(wall_spent * threads, 1e-9)
             del projections
     finally:
         torch.set_num_threads(previous)
@@ -138,6 +151,7 @@ def measure_rates(
         "prompt_rows_s": fastest[PROMPT_ROWS],
         "bytes_per_s": copy_bytes / fastest[1],
         "param_tokens_per_s": params * PROMPT_ROWS / fastest[PROMPT_ROWS],
+        "cpu_share": round(cpu_share, 3),
         "calibration_s": clock() - started,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -173,8 +187,16 @@ def calibrated_rates(
         source = f"calibrated {entry.get('measured_at', '?')}, cached in {cache_file}; {RECALIBRATE_ENV}=1 redoes it"
     else:
         entry = measure_rates(shape, dtype_name, threads)
-        entries[key] = entry
         source = f"calibrated now in {entry['calibration_s']:.2f} s, cached in {cache_file}"
+        if entry["cpu_share"] < MIN_CPU_SHARE:
+            return _rates(
+                entry,
+                dtype_name,
+                threads,
+                f"calibrated now in {entry['calibration_s']:.2f} s while other work held the CPU (this process "
+                f"got {entry['cpu_share']:.0%} of its threads' time): not cached, the next start measures again",
+            )
+        entries[key] = entry
         try:
             cache_file.parent.mkdir(parents=True, exist_ok=True)
             partial = cache_file.with_suffix(f".{os.getpid()}.tmp")
@@ -182,6 +204,10 @@ def calibrated_rates(
             partial.replace(cache_file)
         except OSError as exc:  # a read-only cache: measure again next time
             source = f"calibrated now in {entry['calibration_s']:.2f} s, not cached ({exc})"
+    return _rates(entry, dtype_name, threads, source)
+
+
+def _rates(entry: dict[str, Any], dtype_name: str, threads: int, source: str) -> MachineRates:
     return MachineRates(
         bytes_per_s=float(entry["bytes_per_s"]) / STEP_BEYOND_PROJECTIONS.get(dtype_name, 1.0),
         param_tokens_per_s=float(entry["param_tokens_per_s"]),

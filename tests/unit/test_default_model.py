@@ -226,10 +226,13 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _calibrates_as(
-    monkeypatch: pytest.MonkeyPatch, rates: MachineRates, dtypes: list[str] | None = None
+    monkeypatch: pytest.MonkeyPatch,
+    rates: MachineRates,
+    dtypes: list[str] | None = None,
+    cpu_share: float = 0.97,
 ) -> list[ModelShape]:
-    """Make the calibration report `rates` without timing anything; the shapes it was asked about (and the
-    dtypes, in `dtypes`)."""
+    """Make the calibration report `rates` without timing anything, its process given `cpu_share` of its
+    threads' time; the shapes it was asked about (and the dtypes, in `dtypes`)."""
     asked: list[ModelShape] = []
 
     def measure(shape: ModelShape, dtype_name: str = "bf16", threads: int = 1) -> dict[str, Any]:
@@ -239,6 +242,7 @@ def _calibrates_as(
         return {
             "bytes_per_s": rates.bytes_per_s,
             "param_tokens_per_s": rates.param_tokens_per_s,
+            "cpu_share": cpu_share,
             "calibration_s": 0.25,
             "measured_at": "2026-12-03T00:00:00Z",
         }
@@ -475,8 +479,49 @@ def test_the_calibration_measures_positive_finite_rates_on_a_tiny_shape(
     copy_bytes = sum(rows * cols for rows, cols in matrices) * bytes_per_param
     measured = measure_rates(tiny, dtype, threads=1, budget_bytes=4 * copy_bytes, rounds=1)
     assert measured["copies"] == 4 and measured["matrices"] == matrices and measured["dtype"] == dtype
-    for key in ("bytes_per_s", "param_tokens_per_s", "one_row_s", "prompt_rows_s", "calibration_s"):
+    for key in (
+        "bytes_per_s",
+        "param_tokens_per_s",
+        "one_row_s",
+        "prompt_rows_s",
+        "calibration_s",
+        "cpu_share",
+    ):
         assert math.isfinite(measured[key]) and measured[key] > 0, key
+
+
+def test_the_share_of_the_cpu_a_calibration_got_is_its_cpu_time_over_its_threads_wall_time() -> None:
+    tiny = ModelShape(hidden=64, intermediate=128, layers=2, vocab=256, heads=4, kv_heads=2)
+    wall = [0.0]
+
+    def clock() -> float:  # each read a second later
+        wall[0] += 1.0
+        return wall[0]
+
+    # Of the two threads' time since the first read, the process got a quarter: a neighbour held the rest.
+    measured = measure_rates(
+        tiny,
+        "bf16",
+        threads=2,
+        budget_bytes=1,
+        rounds=1,
+        clock=clock,
+        process_clock=lambda: 0.25 * 2 * wall[0],
+    )
+    assert measured["cpu_share"] == pytest.approx(0.25)
+
+
+def test_a_calibration_taken_beside_other_work_stands_for_this_start_only(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked = _calibrates_as(monkeypatch, XEON_CORE, cpu_share=0.49)
+    cache_file = cache / CALIBRATION_FILE
+    busy = calibrated_rates(QWEN15, cache_file, threads=2)
+    assert busy.bytes_per_s == XEON_CORE.bytes_per_s  # what this start runs beside that work
+    assert "while other work held the CPU (this process got 49% of its threads' time)" in busy.source
+    assert not cache_file.exists()
+    calibrated_rates(QWEN15, cache_file, threads=2)
+    assert len(asked) == 2  # measured again, not read back
 
 
 def test_the_calibration_is_cached_and_redone_on_request_or_a_new_torch(
