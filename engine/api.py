@@ -149,7 +149,8 @@ class ImportNames:
 class ExportNames:
     """What a line among the strings of a Python module's `__all__` list may list: `names` (bound by the module
     or its package's submodules, not listed yet), each as `quote`, name, `quote`, then a comma, which must end
-    the line where more of the list follows (`"A"` above `"B"` would join them into one string)."""
+    the line where more of the list follows (`"A"` above `"B"` would join them into one string) or where the
+    list's lines all end with one."""
 
     names: frozenset[str]
     quote: str = '"'

@@ -506,7 +506,7 @@ def _export_names(
     allowed = names_for_line(bound, listing)
     if not allowed:
         return None
-    exports = ExportNames(allowed, listing.quote, comma_due=bool(listing.below))
+    exports = ExportNames(allowed, listing.quote, comma_due=bool(listing.below) or listing.commas)
     return ImportNames(line_before, {}, exports=exports)
 
 

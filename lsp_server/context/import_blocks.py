@@ -82,6 +82,9 @@ class ExportList:
     above: tuple[str, ...]  # the names listed before the cursor's line, in order
     below: tuple[str, ...]  # the names listed after it, up to the list's closing bracket
     quote: str  # the quote its strings are written with
+    # Each line above that lists names ends with a comma: a formatter's one name a line, whose last name has its
+    # comma too (the 0.5B left it out at 2 of 28 such line starts).
+    commas: bool = False
 
 
 def export_list_at(text: str, offset: int) -> ExportList | None:
@@ -95,12 +98,15 @@ def export_list_at(text: str, offset: int) -> ExportList | None:
     if not _PARTIAL_ENTRY.fullmatch(text[line_start:offset]) or text[offset:line_end].strip():
         return None
     above: list[tuple[str, str]] = []
+    commas = True
     for line in _lines_before(text, line_start):
         start = _ALL_START.fullmatch(line)
         listed = start or _ENTRIES_LINE.fullmatch(line)
         if listed is None or (start is None and listed["close"]):
             return None
-        above[:0] = _QUOTED.findall(listed["entries"])
+        entries = listed["entries"].rstrip(" \t")
+        above[:0] = _QUOTED.findall(entries)
+        commas = commas and (not entries or entries.endswith(","))
         if start is not None:
             break
     else:
@@ -114,7 +120,12 @@ def export_list_at(text: str, offset: int) -> ExportList | None:
         if listed["close"]:
             quotes = [quote for quote, _ in above + below]
             quote = max("\"'", key=quotes.count)  # the double quote where none is written, or on a tie
-            return ExportList(tuple(name for _, name in above), tuple(name for _, name in below), quote)
+            return ExportList(
+                tuple(name for _, name in above),
+                tuple(name for _, name in below),
+                quote,
+                commas and bool(above),
+            )
     return None
 
 

@@ -186,10 +186,12 @@ def _exports_at(marked: str) -> ExportList | None:
 
 
 def test_the_all_list_around_the_cursor_its_names_and_quote() -> None:
-    assert _exports_at(EXPORTS) == ExportList(("Agent",), ("tool",), '"')
+    assert _exports_at(EXPORTS) == ExportList(("Agent",), ("tool",), '"', commas=True)
     assert _exports_at(EXPORTS.replace("<>", '    "Ag<>')) is not None  # the start of an entry typed
     single = "__all__: list[str] = ['Agent',\n    <>\n    'tool']\n"
-    assert _exports_at(single) == ExportList(("Agent",), ("tool",), "'")
+    assert _exports_at(single) == ExportList(("Agent",), ("tool",), "'", commas=True)
+    last = "__all__ = [\n    'Agent', 'Runner'\n    <>\n]\n"  # no comma after the names above, none below
+    assert _exports_at(last) == ExportList(("Agent", "Runner"), (), "'", commas=False)
     assert _exports_at(EXPORTS.replace("<>", '    "Ag<>ent",')) is None  # text after the cursor
     assert _exports_at(EXPORTS.replace("]\n", "")) is None  # unclosed: the line may be its end
     assert _exports_at('__all__ = ["Agent"]\n<>\n') is None  # closed above the cursor
@@ -239,6 +241,14 @@ def _package(root: Path, init: str) -> Path:
     path = package / "__init__.py"
     path.write_text(init.replace("<>", ""))
     return path
+
+
+def test_the_last_name_of_a_list_whose_lines_end_with_commas_gets_its_comma(tmp_path: Path) -> None:
+    at_the_end = EXPORTS.replace('<>\n\n    "tool",\n', "<>\n")
+    init = _package(tmp_path, at_the_end)
+    names = context_at(init, tmp_path, at_the_end).import_names
+    assert names is not None and names.exports is not None and names.exports.comma_due
+    assert not import_line_fits(names.line_start + '"AgentResult"', names, ended=True)
 
 
 def test_the_builder_steers_a_line_of_all_to_what_the_package_binds(tmp_path: Path) -> None:
