@@ -102,6 +102,9 @@ class LinesConfig:
     setting_overrides: dict[str, Any] = field(default_factory=dict)
     # Only line starts at import lines (`from`/`import` at a line's start): where import steering applies.
     import_lines: bool = False
+    # Of the line starts chosen, only those among the names of a parenthesized `from M import (` or the strings
+    # of `__all__` (`context.import_blocks`), where those lines are steered: the same positions as a full run's.
+    name_lists: bool = False
 
 
 KEEP_SAVED = 0.8  # the calibrated gate may give up at most a fifth of the characters saved without it
@@ -543,12 +546,26 @@ def describe_code(config: LinesConfig) -> str:
         parts.append("each file's imports read from its project on disk")
     if config.import_lines:
         parts.append("line starts at import lines only")
+    if config.name_lists:
+        parts.append(
+            "of the line starts chosen, those among an import block's names or `__all__`'s strings only"
+        )
     return "; ".join(parts)
+
+
+def in_name_list(position: LinePosition) -> bool:
+    """Whether the line start is among the names of a parenthesized import or the strings of `__all__`."""
+    from lsp_server.context.import_blocks import export_list_at, import_block_at
+
+    at = (position.document, position.offset)
+    return import_block_at(*at) is not None or export_list_at(*at) is not None
 
 
 def run_lines(config: LinesConfig) -> dict[str, Any]:
     files = files_to_score(config.folders, config.stdlib)
     positions = line_positions(files, config.positions, config.per_file, config.import_lines)
+    if config.name_lists:
+        positions = [position for position in positions if in_name_list(position)]
     if not positions:
         raise RuntimeError("no line-start positions found (is the standard library readable?)")
     models = [score_model(target, draft, positions, config) for target, draft in config.models]
@@ -808,6 +825,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "applies",
     )
     parser.add_argument(
+        "--name-lists",
+        action="store_true",
+        help="of the line starts chosen, only those among the names of a parenthesized `from M import (` or the "
+        "strings of `__all__`, where those lines are steered",
+    )
+    parser.add_argument(
         "--first-line",
         action="store_true",
         help="stop each suggestion after its first line (all that exact next line and the gate read; faster)",
@@ -845,6 +868,7 @@ def command(args: argparse.Namespace) -> int:
         first_line_only=args.first_line,
         imported_files=args.imported_files,
         import_lines=args.import_lines,
+        name_lists=args.name_lists,
         setting_overrides=overrides,
         **scoring,
     )

@@ -18,6 +18,7 @@ from bench.lines import (
     edit_similarity,
     fit_threshold,
     gate_scores,
+    in_name_list,
     line_positions,
     prose_lines,
     run_lines,
@@ -51,6 +52,24 @@ def test_import_lines_only_picks_the_line_starts_of_import_lines() -> None:
         "import os",
         "from .m import a",
     ]  # an indented one is not among the imports
+
+
+def test_name_lists_keeps_the_line_starts_among_an_import_blocks_names_or_alls_strings() -> None:
+    lines = [
+        "from .spans import (",
+        "    AgentSpan,",
+        "    TaskSpan,",
+        ")",
+        "__all__ = [",
+        '    "AgentSpan",',
+        '    "TaskSpan",',
+        "]",
+        *["x = 1"] * 20,
+    ]
+    picked = line_positions([("m.py", "\n".join(lines))], count=40, per_file=40)
+    kept = [p.removed for p in picked if in_name_list(p)]
+    # The block's `)`, once removed, leaves the block open: that line may be its close, or one more name.
+    assert kept == ["AgentSpan,", "TaskSpan,", ")", '"AgentSpan",', '"TaskSpan",']
 
 
 def test_docstrings_and_the_inner_lines_of_long_strings_are_prose_other_lines_code() -> None:
