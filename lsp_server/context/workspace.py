@@ -57,8 +57,10 @@ MAX_CACHED_FILES = 128  # parsed files kept, oldest dropped first: memory stays 
 RESOLVE_TTL_S = 30.0
 MAX_INDEXED_FILES = 2000
 MAX_LISTED_ENTRIES = 20000
-# `from .x` and `from ..x` are spelled out for the import-line steering (`import_names`); deeper is not judged.
-MAX_RELATIVE_DOTS = 2
+# Relative spellings down to this many dots are spelled out for the import-line steering (`import_names`), up to
+# the outermost package (beyond it Python has none); deeper is not judged. Three recent projects write up to 5
+# (a fifth of their relative imports have 3 or more: google/adk-python, openai-agents-python, strands-agents).
+MAX_RELATIVE_DOTS = 5
 MAX_INDEXES = 8  # import roots indexed at once (a workspace of many script folders has many)
 MAX_DEFINITIONS = 12  # definition lines in the prompt, from at most this many modules too
 AMBIGUOUS_MODULES = 3  # a name defined in more modules than this (`logger`, `main`) says nothing
@@ -194,7 +196,7 @@ def importable(
     modules = {".".join(parts): found for parts, found in frozen.items() if len(parts) > 1}
     package = _module_parts(here.parent / "__init__.py", index.root)
     depth = 0
-    while depth < MAX_RELATIVE_DOTS and len(package) >= depth:
+    while depth < MAX_RELATIVE_DOTS and depth < len(package):
         base = package[: len(package) - depth]
         dots = "." * (depth + 1)
         for parts, found in frozen.items():

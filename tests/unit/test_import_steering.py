@@ -130,6 +130,25 @@ def test_what_a_file_may_import_from_its_workspace(tmp_path: Path) -> None:
     assert "app.missing" not in modules
 
 
+def test_deep_relative_spellings_go_up_to_the_outermost_package(tmp_path: Path) -> None:
+    deep = tmp_path / "app" / "tools" / "mcp" / "auth"
+    deep.mkdir(parents=True)
+    for folder in (tmp_path / "app", tmp_path / "app" / "tools", deep.parent, deep):
+        (folder / "__init__.py").write_text("")
+    (tmp_path / "app" / "hooks.py").write_text("class HookRegistry:\n    pass\n")
+    here = deep / "oauth.py"
+    here.write_text("")
+    found = WorkspaceFiles([tmp_path]).import_names(new_document(here.as_uri(), "python", 1, ""))
+    assert found is not None
+    modules, depth = found
+    assert depth == 4  # app/tools/mcp/auth/ is four packages deep: `.` down to `....`
+    assert modules["....hooks"] == {"HookRegistry"}
+    assert "....." not in modules  # beyond the outermost package a relative import fails
+    assert not import_line_fits(
+        "from ....hooks import HookRegistri", ImportNames("", modules, depth), ended=True
+    )
+
+
 def test_a_file_outside_the_workspace_gets_nothing(tmp_path: Path) -> None:
     runner = _project(tmp_path / "inside")
     outside = WorkspaceFiles([tmp_path / "elsewhere"])
