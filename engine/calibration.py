@@ -187,7 +187,6 @@ def calibrated_rates(
         source = f"calibrated {entry.get('measured_at', '?')}, cached in {cache_file}; {RECALIBRATE_ENV}=1 redoes it"
     else:
         entry = measure_rates(shape, dtype_name, threads)
-        source = f"calibrated now in {entry['calibration_s']:.2f} s, cached in {cache_file}"
         if entry["cpu_share"] < MIN_CPU_SHARE:
             return _rates(
                 entry,
@@ -197,6 +196,7 @@ def calibrated_rates(
                 f"got {entry['cpu_share']:.0%} of its threads' time): not cached, the next start measures again",
             )
         entries[key] = entry
+        source = f"calibrated now in {entry['calibration_s']:.2f} s, cached in {cache_file}"
         try:
             cache_file.parent.mkdir(parents=True, exist_ok=True)
             partial = cache_file.with_suffix(f".{os.getpid()}.tmp")

@@ -387,8 +387,7 @@ def build_completion_context(
         stop_rules=rules,
         forced_prefix=fragment,
         indent_style=style,
-        import_names=_import_block_names(store, doc, offset, line_before, settings, rules)
-        or _export_names(store, doc, offset, line_before, settings, rules)
+        import_names=_name_list_names(store, doc, offset, line_before, settings, rules)
         or _import_names(store, doc, offset, line_before, known),
         blank_line=blank_line_fits(doc.language, fragment, rules),
     )
@@ -446,7 +445,7 @@ def _import_names(
     return ImportNames(line_before, modules, relative_depth, wanted, elsewhere - whole, whole)
 
 
-def _import_block_names(
+def _name_list_names(
     store: DocumentStore,
     doc: Document,
     offset: int,
@@ -454,12 +453,22 @@ def _import_block_names(
     settings: ContextSettings,
     rules: SyntaxStopRules,
 ) -> ImportNames | None:
-    """At a line among the names of a Python `from M import (` block, with import steering on: the line is
-    steered as the block's own line would be (`from M import (` and the line so far), to the names of M that
-    it may still import (`import_blocks.names_for_line`); None elsewhere, where M is outside what the
-    workspace enumerated, and where no name is left."""
+    """At a line among the names of a Python `from M import (` block or the strings of `__all__`, outside a
+    string and with import steering on: what the line may name; None elsewhere."""
     if not (doc.language == "python" and rules.literal is None and settings.steer_imports):
         return None
+    return _import_block_names(store, doc, offset, line_before) or _export_names(
+        store, doc, offset, line_before
+    )
+
+
+def _import_block_names(
+    store: DocumentStore, doc: Document, offset: int, line_before: str
+) -> ImportNames | None:
+    """At a line among the names of a `from M import (` block: the line is steered as the block's own line
+    would be (`from M import (` and the line so far), to the names of M that it may still import
+    (`import_blocks.names_for_line`); None elsewhere, where M is outside what the workspace enumerated, and
+    where no name is left."""
     if store.workspace is None:
         return None
     block = import_block_at(doc.text, offset)
@@ -478,20 +487,11 @@ def _import_block_names(
     return ImportNames(f"from {block.module} import (" + line_before, {block.module: allowed}, relative_depth)
 
 
-def _export_names(
-    store: DocumentStore,
-    doc: Document,
-    offset: int,
-    line_before: str,
-    settings: ContextSettings,
-    rules: SyntaxStopRules,
-) -> ImportNames | None:
-    """At a line among the strings of a Python module's `__all__` list, with import steering on: the names the
-    line may list (`import_blocks.names_for_line`), of those the file binds, the cursor's line left out, and
-    a package's submodules; None elsewhere, where the module makes names on demand, where a package's
-    submodules are unknown (no workspace folder holds it), and where no name is left."""
-    if not (doc.language == "python" and rules.literal is None and settings.steer_imports):
-        return None
+def _export_names(store: DocumentStore, doc: Document, offset: int, line_before: str) -> ImportNames | None:
+    """At a line among the strings of a module's `__all__` list: the names the line may list
+    (`import_blocks.names_for_line`), of those the file binds, the cursor's line left out, and a package's
+    submodules; None elsewhere, where the module makes names on demand, where a package's submodules are
+    unknown (no workspace folder holds it), and where no name is left."""
     listing = export_list_at(doc.text, offset)
     if listing is None:
         return None
