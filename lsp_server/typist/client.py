@@ -25,7 +25,9 @@ from lsp_server import __version__
 from lsp_server.protocol import GROWN_NOTIFICATION, REFRESH_CAPABILITY
 from lsp_server.typist.keystrokes import position_of
 
-PROJECT_ROOT = Path(__file__).resolve().parents[3]
+PROJECT_ROOT = (
+    Path(__file__).resolve().parents[2]
+)  # the checkout: lsp_server/typist/client.py is two folders down
 
 
 class ServerError(RuntimeError):
@@ -51,6 +53,17 @@ def first_suggestion(result: Any) -> tuple[str, str | None]:
     text = item.insert_text if isinstance(item.insert_text, str) else item.insert_text.value
     arguments = item.command.arguments if item.command is not None else None
     return text, str(arguments[0]) if arguments else None
+
+
+def server_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment with `extra`, set to run this checkout's server: the checkout first on
+    PYTHONPATH (specls need not be installed into the interpreter), and PYTHONSAFEPATH, so that `python -m` does
+    not put the working directory first: a replay run inside a copy of this project (the typist's files) would
+    otherwise serve that copy's code."""
+    env = {**os.environ, **(extra or {})}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONSAFEPATH"] = "1"
+    return env
 
 
 def serve_command(server_args: Sequence[str]) -> list[str]:
@@ -115,12 +128,11 @@ class ServerSession:
     ) -> None:
         """Start the server with `server_args` (after `specls serve`) and initialize it; `env` adds to this
         process's environment; `workspace` is the folder named as the client's workspace folder."""
-        env = {**os.environ, **(env or {})}
-        # Run this checkout's server even when specls is not installed into the interpreter.
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
         command = serve_command(server_args)
         # Its own session: a Ctrl-C in the terminal goes to the demo, which then shuts the server down itself.
-        await self.client.start_io(command[0], *command[1:], env=env, start_new_session=True)
+        await self.client.start_io(
+            command[0], *command[1:], env=server_environment(env), start_new_session=True
+        )
         process = self.client._server
         if process is not None and process.stderr is not None:  # drain it, or a chatty server blocks
             self._stderr_task = asyncio.create_task(self._drain(process.stderr))

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -304,3 +307,21 @@ def test_the_summary_says_which_engine_ran_on_which_cpu_class() -> None:
     assert lines[1] == f"  engine                {engine}"
     without = format_summary(build_summary([_event(0, 1, 10.0)], LiveStats.from_server({}), None))
     assert not any(line.startswith("  engine") for line in without)  # a remote or fake server says nothing
+
+
+def test_the_replayed_server_is_this_checkouts_code_whatever_the_working_directory(tmp_path: Path) -> None:
+    """A replay run inside a copy of the project (the typist's files) must not serve that copy's code."""
+    from lsp_server.typist.client import PROJECT_ROOT, server_environment
+
+    assert (PROJECT_ROOT / "lsp_server" / "typist" / "client.py").is_file()
+    (tmp_path / "lsp_server").mkdir()
+    (tmp_path / "lsp_server" / "__init__.py").write_text("")  # a decoy in the working directory
+    found = subprocess.run(
+        [sys.executable, "-c", "import lsp_server; print(lsp_server.__file__)"],
+        cwd=tmp_path,
+        env=server_environment(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert Path(found).resolve().is_relative_to(PROJECT_ROOT)
