@@ -104,8 +104,10 @@ class WarmJob:
 
 # A growth keeps the engine this long before a generation, and once started before a request pre-empts it.
 # Between keys 120 ms apart the engine is seldom idle: on AVX2 (emulated) a growth that only used idle time
-# read 1,100 tokens in 10-16 s; with this hold before each generation, in ~4 s.
-GROW_HOLD_S = 0.1
+# read 1,100 tokens in 10-16 s; with a 100 ms hold before each generation, in ~4 s. On a real AVX2 CPU (prompts
+# at ~240 tokens/s) 100 ms left a generation too little of the gap between keys: 50 ms put ghost text on screen
+# at 50-55% of keys against 45% and saved as many characters (docs/line-starts.md, "Where the ghost text went").
+GROW_HOLD_S = 0.05
 
 
 class HeldCancelToken(CancelToken):
