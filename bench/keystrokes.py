@@ -215,7 +215,7 @@ def keystroke_records(typed: list[tuple[Region, list[KeyEvent]]]) -> list[dict[s
 
 async def run_keystrokes_async(config: KeystrokeConfig, progress: bool = True) -> dict[str, Any]:
     from engine.hardware import cpu_class
-    from lsp_server.typist.client import ServerSession
+    from lsp_server.typist.client import ServerSession, served_code
     from lsp_server.typist.replay import LspEditor
 
     regions = default_regions(config)
@@ -268,6 +268,7 @@ async def run_keystrokes_async(config: KeystrokeConfig, progress: bool = True) -
         "cpu_environment": {name: os.environ[name] for name in ISA_VARIABLES if name in os.environ},
         "regions": [{"name": r.name, "start": r.start, "chars": r.end - r.start} for r in regions],
         "server_log": str(log_file),
+        "served_code": served_code(),
         "server_info": {
             "last_status": session.statuses[-1] if session.statuses else None,
             "messages": list(session.messages),
@@ -473,6 +474,16 @@ def _met(value: float | None, goal: float, higher: bool = True) -> str:
     return "met" if (value >= goal if higher else value <= goal) else "not met"
 
 
+def served_note(served: dict[str, Any] | None) -> str:
+    """The replayed server's code, as `lsp_server.typist.client.served_code` found it (older results lack it)."""
+    if not served:
+        return ""
+    if served["commit"] is None:
+        return f" Server code: {served['root']} (not a git checkout)."
+    changes = ", with uncommitted changes" if served["uncommitted_changes"] else ""
+    return f" Server code: {served['root']} at {served['commit']}{changes}."
+
+
 def markdown_report(result: dict[str, Any]) -> str:
     s, config = result["summary"], result["config"]
     server = s["server"]
@@ -491,7 +502,7 @@ def markdown_report(result: dict[str, Any]) -> str:
         f"seed {config['seed']}; the client behaves like VS Code (cancels superseded requests, keeps ghost "
         "text the typing agrees with). Machine load average (1 min) "
         f"{result['load_average']['start']:.1f} at the start, {result['load_average']['end']:.1f} at the end, "
-        f"{result['load_average']['cpus']} CPUs.\n",
+        f"{result['load_average']['cpus']} CPUs.{served_note(result.get('served_code'))}\n",
         "| measure | value | goal |",
         "|---|---|---|",
         f"| ghost text on screen when the next key came | {_pct(s['ghost_on_screen'])} | >= 70% "

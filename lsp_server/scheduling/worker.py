@@ -106,7 +106,7 @@ class WarmJob:
 # Between keys 120 ms apart the engine is seldom idle: on AVX2 (emulated) a growth that only used idle time
 # read 1,100 tokens in 10-16 s; with a 100 ms hold before each generation, in ~4 s. On a real AVX2 CPU (prompts
 # at ~240 tokens/s) 100 ms left a generation too little of the gap between keys: 50 ms put ghost text on screen
-# at 50-55% of keys against 45% and saved as many characters (docs/line-starts.md, "Where the ghost text went").
+# at 53% of keys against 46% and saved as many characters (docs/line-starts.md, "Where the ghost text went").
 GROW_HOLD_S = 0.05
 
 

@@ -11,6 +11,7 @@ import asyncio
 import collections
 import contextlib
 import os
+import subprocess
 import sys
 import time
 import uuid
@@ -64,6 +65,27 @@ def server_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
     env["PYTHONSAFEPATH"] = "1"
     return env
+
+
+def served_code(root: Path = PROJECT_ROOT) -> dict[str, Any]:
+    """Which code a replay's server runs (`server_environment` puts `root` first): the folder, its commit where
+    the folder is itself a git checkout (None otherwise: a copy, an archive), and whether tracked files differ
+    from that commit. Recorded with each replay, so a result says what it measured."""
+
+    def git(*args: str) -> str:
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(root), *args], capture_output=True, text=True, check=False, timeout=10
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    top = git("rev-parse", "--show-toplevel")
+    if not top or Path(top).resolve() != root.resolve():  # not a checkout, or a folder inside another one
+        return {"root": str(root), "commit": None, "uncommitted_changes": None}
+    changed = bool(git("status", "--porcelain", "--untracked-files=no"))
+    return {"root": str(root), "commit": git("rev-parse", "--short", "HEAD"), "uncommitted_changes": changed}
 
 
 def serve_command(server_args: Sequence[str]) -> list[str]:

@@ -325,3 +325,31 @@ def test_the_replayed_server_is_this_checkouts_code_whatever_the_working_directo
         check=True,
     ).stdout.strip()
     assert Path(found).resolve().is_relative_to(PROJECT_ROOT)
+
+
+def test_a_replay_records_which_code_its_server_ran(tmp_path: Path) -> None:
+    """The commit of the checkout a replay serves, or none for a folder that is not a checkout of its own (a copy
+    of the project inside another git repository included)."""
+    from bench.keystrokes import served_note
+    from lsp_server.typist.client import PROJECT_ROOT, served_code
+
+    served = served_code()
+    assert served["root"] == str(PROJECT_ROOT)
+    if (PROJECT_ROOT / ".git").exists():
+        head = subprocess.run(
+            ["git", "-C", str(PROJECT_ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        assert served["commit"] == head
+        assert served["uncommitted_changes"] in (True, False)
+        assert f"at {head}" in served_note(served)
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    assert served_code(copy) == {"root": str(copy), "commit": None, "uncommitted_changes": None}
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    inside = served_code(copy)  # the copy sits in a repository whose commit would not be its own
+    assert inside["commit"] is None
+    assert "not a git checkout" in served_note(inside)
+    assert served_note(None) == ""
