@@ -588,10 +588,9 @@ def environment(threads: int, folder: Path) -> dict[str, Any]:
     import torch
 
     from engine.hardware import cpu_class
+    from lsp_server.typist.client import served_code
 
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
+    commit = served_code()["commit"] or ""  # the checkout whose code runs here, not the working directory's
     return {
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "git_commit": commit,

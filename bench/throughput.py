@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -383,13 +382,9 @@ def environment(engine: LocalEngine, threads: int) -> dict[str, Any]:
 
     from engine.hardware import cpu_class
     from engine.models import describe_model
+    from lsp_server.typist.client import served_code
 
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-        ).stdout.strip()
-    except OSError:
-        commit = ""
+    commit = served_code()["commit"] or ""  # the checkout whose code runs here, not the working directory's
     return {
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "git_commit": commit,
