@@ -26,9 +26,8 @@ from lsp_server import __version__
 from lsp_server.protocol import GROWN_NOTIFICATION, REFRESH_CAPABILITY
 from lsp_server.typist.keystrokes import position_of
 
-PROJECT_ROOT = (
-    Path(__file__).resolve().parents[2]
-)  # the checkout: lsp_server/typist/client.py is two folders down
+# The checkout: lsp_server/typist/client.py is two folders down.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 class ServerError(RuntimeError):
@@ -70,7 +69,8 @@ def server_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]
 def served_code(root: Path = PROJECT_ROOT) -> dict[str, Any]:
     """Which code a replay's server runs (`server_environment` puts `root` first): the folder, its commit where
     the folder is itself a git checkout (None otherwise: a copy, an archive), and whether tracked files differ
-    from that commit. Recorded with each replay, so a result says what it measured."""
+    from that commit. Recorded with each replay, and by the benchmarks that import this checkout's code, so a
+    result says what it measured."""
 
     def git(*args: str) -> str:
         try:
