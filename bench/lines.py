@@ -127,6 +127,8 @@ class Outcome:
     wall_s: float
     rules_fired: list[str] = field(default_factory=list)
     first_line_confidence: float | None = None  # lowest token probability of the first line (None: unknown)
+    # Every known token probability of the first line, in order: other gates can be fit from a run's JSON.
+    first_line_token_probs: list[float] = field(default_factory=list)
     kind: str = CODE  # the line's kind, CODE or PROSE (`prose_lines`)
 
 
@@ -299,7 +301,7 @@ def score_model(
     from engine.service import LocalEngine
     from lsp_server.context.builder import affordable_suffix_tokens, full_prompt_tokens, lines_below_tokens
     from lsp_server.context.fim import marker_texts
-    from lsp_server.context.gate import first_line_confidence
+    from lsp_server.context.gate import first_line_confidence, first_line_token_probs
     from lsp_server.context.indentation import indentation_ok
     from lsp_server.context.workspace import WorkspaceFiles
 
@@ -347,6 +349,10 @@ def score_model(
                 first_line_confidence=first_line_confidence(
                     result.text, result.token_probs, result.token_ends
                 ),
+                first_line_token_probs=[
+                    float(f"{prob:.4g}")
+                    for prob in first_line_token_probs(result.text, result.token_probs, result.token_ends)
+                ],
                 kind=position.kind,
             )
         )

@@ -175,18 +175,25 @@ def first_line_span(text: str) -> tuple[int, int] | None:
 def first_line_confidence(text: str, token_probs: Sequence[float], token_ends: Sequence[int]) -> float | None:
     """The lowest probability of a token that wrote part of the first non-blank line of `text` (rule 9).
 
-    Token i wrote text[token_ends[i-1]:token_ends[i]] (the first from 0). None when there is no such line
-    or no probability is known for it (NaN: a backend that did not say)."""
+    None when there is no such line or no probability is known for it (NaN: a backend that did not say)."""
+    probs = first_line_token_probs(text, token_probs, token_ends)
+    return min(probs) if probs else None
+
+
+def first_line_token_probs(text: str, token_probs: Sequence[float], token_ends: Sequence[int]) -> list[float]:
+    """The probabilities of the tokens that wrote part of the first non-blank line of `text`, in order (known
+    ones only): what a gate on the first line reads. Token i wrote text[token_ends[i-1]:token_ends[i]] (the
+    first from 0)."""
     span = first_line_span(text)
     if span is None:
-        return None
+        return []
     begin, end = span
-    lowest: float | None = None
+    probs: list[float] = []
     previous = 0
     for prob, token_end in zip(token_probs, token_ends, strict=False):
         if token_end > begin and previous < end and not math.isnan(prob):
-            lowest = prob if lowest is None else min(lowest, prob)
+            probs.append(prob)
         previous = max(previous, token_end)
         if previous >= end:
             break
-    return lowest
+    return probs
