@@ -23,6 +23,7 @@ from lsp_server.context.gate import (
     chat_artifact,
     first_line_confidence,
     first_line_span,
+    first_line_token_probs,
     is_prose_line,
     repeats_neighbour,
 )
@@ -201,6 +202,12 @@ def test_first_line_confidence_reads_the_tokens_of_the_first_non_blank_line() ->
     assert first_line_confidence(text, [math.nan] * 7, ends) is None
     # a forced prefix's own tokens end at 0 and count for nothing
     assert first_line_confidence("urn x", [0.001, 0.6], [0, 5]) == pytest.approx(0.6)
+    # the line's own probabilities, in order, for a bench to fit other gates on
+    assert first_line_token_probs(text, probs, ends) == pytest.approx([0.9, 0.8, 0.95, 0.7])
+    assert first_line_token_probs(text, [0.01, 0.9, math.nan, 0.95, 0.7], ends[:5]) == pytest.approx(
+        [0.9, 0.95, 0.7]
+    )
+    assert first_line_token_probs("  \n", [0.5], [3]) == []
 
 
 def test_the_confidence_gate_drops_an_unsure_first_line_while_it_streams() -> None:
