@@ -13,7 +13,7 @@ Scored per suggestion:
 - exact next line: the suggestion's first line equals the removed code (both stripped);
 - edit similarity: `difflib.SequenceMatcher` ratio of the two (1 is identical);
 - degeneration guard: the repetition stop rule cut the suggestion;
-- first-line confidence: the lowest probability the model gave a token of the suggestion's first line
+- first-line confidence: the probability the model gave the suggestion's first line (its tokens' product)
   (`lsp_server.context.gate.first_line_confidence`, the server's gate, stop rule 9).
 Each line start is also named by its kind (`prose_lines`): prose (a docstring, or a line inside a string that
 spans lines) or code, and the exact next line is given for each: prose written for this project is the
@@ -126,7 +126,7 @@ class Outcome:
     new_tokens: int
     wall_s: float
     rules_fired: list[str] = field(default_factory=list)
-    first_line_confidence: float | None = None  # lowest token probability of the first line (None: unknown)
+    first_line_confidence: float | None = None  # the first line's probability, the gate's (None: unknown)
     # Every known token probability of the first line, in order: other gates can be fit from a run's JSON.
     first_line_token_probs: list[float] = field(default_factory=list)
     kind: str = CODE  # the line's kind, CODE or PROSE (`prose_lines`)
@@ -715,7 +715,7 @@ def gate_markdown(name: str, gate: dict[str, Any]) -> str:
     curve = [row("evaluation half", scores) for scores in calibration["evaluation_curve"]]
     return "".join(
         [
-            f"\n## {name}: the confidence gate (lowest token probability of the first line)\n\n",
+            f"\n## {name}: the confidence gate (the first line's probability)\n\n",
             f"Threshold fit on {calibration['fit_positions']} positions (alternate files) to maximise characters "
             f"saved per shown suggestion, keeping >= {percent(calibration['keep_saved'])} of the characters saved "
             f"without a gate: {calibration['fitted_threshold']:.3g}; the server's default: "

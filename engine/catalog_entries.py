@@ -34,7 +34,7 @@ class CatalogModel:
     # can erase a model's FIM skill, so the tokens' presence does not decide it.
     prompt: PromptShape = "auto"
     # The confidence gate measured for this model (`minFirstLineProbability` when the user sets none): no
-    # suggestion whose first line holds a token the model gave a lower probability. 0: not calibrated, no gate.
+    # suggestion whose first line the model gave a lower probability. 0: not calibrated, no gate.
     first_line_gate: float = 0.0
     # How many tokens of the lines below the cursor go ahead of the file's text (`linesBelowTokens` when the
     # user sets none), for a model measured to write better lines with them. 0: none.

@@ -61,8 +61,8 @@ class ContextSettings:
     # "auto": the shape measured best for the model (its catalog entry), else FIM where the tokenizer has
     # FIM tokens; "fim" or "prefix-only" force one (what `specls bench lines --prompt-shape` compares).
     prompt_shape: str = "auto"
-    # The gate (`gate.first_line_confidence`): no suggestion whose first line holds a token the model gave a
-    # lower probability than this; 0 shows everything. None: the threshold measured for the model
+    # The gate (`gate.first_line_confidence`): no suggestion whose first line the model gave a lower
+    # probability than this (the product of its tokens'); 0 shows everything. None: the threshold measured for the model
     # (`BackendInfo.first_line_gate`, 0.3 for the Qwen2.5-Coder models, 0 for any other), fit on held-out line
     # starts (docs/line-starts.md).
     min_first_line_probability: float | None = None

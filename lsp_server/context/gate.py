@@ -9,11 +9,13 @@
 8. No repeats (`repeats_neighbour`): a suggestion whose first line, read with the code before the cursor, is
    the next non-empty line of the file, or is just the text after the cursor, is dropped (llama.vim drops
    these too); `stops` rule 5 cuts later duplicated lines.
-9. Confident first line (`first_line_confidence`): the lowest probability the target gave any token of the
-   first non-blank line. Below the threshold (`ContextSettings.min_first_line_probability`, fit on held-out
-   line starts by `bench lines`) the whole suggestion is dropped. The minimum, not the mean, so the gate can
-   decide while the line streams: one token below the threshold drops it at once, and a line shown part-way
-   has no token below it. Backends that report no probabilities are never gated.
+9. Confident first line (`first_line_confidence`): the probability the target gave the first non-blank line
+   as written, the product of its tokens' probabilities. Below the threshold
+   (`ContextSettings.min_first_line_probability`, fit on held-out line starts by `bench lines`) the whole
+   suggestion is dropped. The line's probability, not its least likely token's: it is the model's own
+   estimate that the whole line is right, and at the same exact lines shown it showed fewer wrong ones
+   (docs/line-starts.md). It only falls as tokens come, so the gate still decides while the line streams: a
+   line shown part-way is above the threshold so far. Backends that report no probabilities are never gated.
 """
 
 from __future__ import annotations
@@ -173,11 +175,11 @@ def first_line_span(text: str) -> tuple[int, int] | None:
 
 
 def first_line_confidence(text: str, token_probs: Sequence[float], token_ends: Sequence[int]) -> float | None:
-    """The lowest probability of a token that wrote part of the first non-blank line of `text` (rule 9).
-
-    None when there is no such line or no probability is known for it (NaN: a backend that did not say)."""
+    """The probability the model gave the first non-blank line of `text`: the product of the known
+    probabilities of the tokens that wrote part of it (rule 9). None when there is no such line or no
+    probability is known for it (NaN: a backend that did not say)."""
     probs = first_line_token_probs(text, token_probs, token_ends)
-    return min(probs) if probs else None
+    return math.prod(probs) if probs else None
 
 
 def first_line_token_probs(text: str, token_probs: Sequence[float], token_ends: Sequence[int]) -> list[float]:

@@ -188,7 +188,7 @@ def test_a_suggestion_that_repeats_the_next_line_or_the_rest_of_the_line_is_drop
     assert repeats_neighbour("   ", "", "", "") is False
 
 
-def test_first_line_confidence_reads_the_tokens_of_the_first_non_blank_line() -> None:
+def test_first_line_confidence_is_the_probability_of_the_first_non_blank_line() -> None:
     text = "\n    return a + b\n    pass"
     # tokens: "\n", "    return", " a", " +", " b", "\n", "    pass"
     pieces = ["\n", "    return", " a", " +", " b", "\n", "    pass"]
@@ -196,8 +196,11 @@ def test_first_line_confidence_reads_the_tokens_of_the_first_non_blank_line() ->
     probs = [0.01, 0.9, 0.8, 0.95, 0.7, 0.02, 0.03]
     assert first_line_span(text) == (1, len("\n    return a + b"))
     # neither the leading line break nor what follows the line counts (single-line mode cuts the break away)
-    assert first_line_confidence(text, probs, ends) == pytest.approx(0.7)
-    assert first_line_confidence("\n    return a + b", probs[:5], ends[:5]) == pytest.approx(0.7)
+    line = 0.9 * 0.8 * 0.95 * 0.7
+    assert first_line_confidence(text, probs, ends) == pytest.approx(line)
+    assert first_line_confidence("\n    return a + b", probs[:5], ends[:5]) == pytest.approx(line)
+    # it only falls as the line streams: a gate may drop a line as soon as it is below its threshold
+    assert first_line_confidence("\n    return a", probs[:3], ends[:3]) == pytest.approx(0.9 * 0.8)
     assert first_line_confidence("", [], []) is None
     assert first_line_confidence(text, [math.nan] * 7, ends) is None
     # a forced prefix's own tokens end at 0 and count for nothing
@@ -218,10 +221,17 @@ def test_the_confidence_gate_drops_an_unsure_first_line_while_it_streams() -> No
     # sure so far: nothing cut
     rules.read_token_probs([0.9, 0.8], [6, 8])
     assert rules("return r") is None
-    # one token below the threshold: everything goes, before the line is even finished
+    # the line's probability below the threshold: everything goes, before the line is even finished
     rules.read_token_probs([0.9, 0.8, 0.1], [6, 8, 10])
     assert rules("return r *") == 0
     assert "confidence" in rules.fired
+    # no token below it, but the line as a whole (0.6 ** 3 = 0.216) is
+    unsure = _context(IN_BODY, min_first_line_probability=0.3).stop_rules
+    assert unsure is not None
+    unsure.read_token_probs([0.6, 0.6], [6, 8])
+    assert unsure("return r") is None
+    unsure.read_token_probs([0.6, 0.6, 0.6], [6, 8, 10])
+    assert unsure("return r *") == 0
     # off (the threshold 0) or unknown (no probabilities): shown
     off = _context(IN_BODY).stop_rules
     assert off is not None
