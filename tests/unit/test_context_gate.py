@@ -245,7 +245,7 @@ def test_the_gate_is_the_models_measured_threshold_unless_the_user_sets_one() ->
 
     from engine.catalog import CATALOG
 
-    calibrated = replace(INFO, first_line_gate=0.3)  # what a pulled Qwen2.5-Coder model reports
+    calibrated = replace(INFO, first_line_gate=0.1)  # what a pulled Qwen2.5-Coder model reports
     assert ContextSettings().min_first_line_probability is None  # the model's, by default
 
     def threshold(info: BackendInfo, **settings: object) -> float:
@@ -253,7 +253,7 @@ def test_the_gate_is_the_models_measured_threshold_unless_the_user_sets_one() ->
         assert rules is not None
         return rules.min_first_line_probability
 
-    assert threshold(calibrated) == 0.3
+    assert threshold(calibrated) == 0.1
     assert threshold(INFO) == 0.0  # a model nobody calibrated is not gated
     assert threshold(calibrated, min_first_line_probability=0.0) == 0.0  # the user turned it off
     assert threshold(INFO, min_first_line_probability=0.6) == 0.6  # or chose another
@@ -264,8 +264,8 @@ def test_the_gate_is_the_models_measured_threshold_unless_the_user_sets_one() ->
     # Measured for the Qwen2.5-Coder models only: the bundled pair and SmolLM2 were never calibrated.
     assert {name: entry.first_line_gate for name, entry in CATALOG.items()} == {
         "smollm2-135m": 0.0,
-        "qwen2.5-coder-0.5b": 0.3,
-        "qwen2.5-coder-1.5b": 0.3,
+        "qwen2.5-coder-0.5b": 0.1,
+        "qwen2.5-coder-1.5b": 0.1,
     }
     # The lines below ahead of the file's text: measured to lift the 1.5B's lines, not the 0.5B's.
     assert {name: entry.lines_below_tokens for name, entry in CATALOG.items()} == {

@@ -62,7 +62,7 @@ def check_budget(stats: dict[str, Any]) -> list[Check]:
     gate = stats.get("first_line_gate")
     if gate:
         detail += (
-            f"; a suggestion shows only where each token of its first line has probability {gate:g} or more"
+            f"; a suggestion shows only where the model gives its first line probability {gate:g} or more"
         )
     if budget["fits"]:
         return [Check("keystroke budget", "ok", detail)]
