@@ -18,6 +18,7 @@ PLUGINS = (
     "bench.keystrokes_command",
     "bench.lines",
     "bench.lines_compare",
+    "bench.gate_compare",
     "bench.lines_imports",
     "bench.infill",
     "bench.decode_speed",

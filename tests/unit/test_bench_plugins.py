@@ -16,6 +16,7 @@ SMOKE_ARGUMENTS = {
     "keystrokes": ["--chars", "10"],
     "lines": ["--positions", "2"],
     "lines-compare": ["before.json", "after.json"],
+    "gate-compare": ["result.json", "--line", "0.1"],
     "lines-imports": ["result.json"],
     "infill": ["--tasks", "2"],
     "decode-speed": ["--target", "/tmp/model", "--engines", "lean-fp32", "--prefill-lengths", "8,16"],
