@@ -88,7 +88,7 @@ def stats_request(ls: SpeclsServer, params: Any) -> dict[str, Any]:
         if info is not None
         else context.lines_below_tokens
     )
-    # The confidence gate: no suggestion whose first line holds a token less likely than this (0: none).
+    # The confidence gate: no suggestion whose first line the model finds less likely than this (0: none).
     result["first_line_gate"] = (
         gate_threshold(info, context.min_first_line_probability)
         if info is not None
