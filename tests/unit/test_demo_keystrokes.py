@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine.sequences import common_prefix_length
-from lsp_server.app.demo.speedup import DecodeSample, Speedup, pick_offsets
+from lsp_server.app.demo.speedup import DecodedRun, DecodeSample, Speedup, faster_run, pick_offsets
 from lsp_server.app.demo.summary import build_summary, format_summary
 from lsp_server.app.demo.view import LineView, one_line
 from lsp_server.typist.keystrokes import (
@@ -195,10 +195,18 @@ def test_summary_numbers() -> None:
     assert summary["speedup"]["factor"] == 1.0
     assert summary["speedup"]["plain_target_forwards"] == 30
     assert summary["speedup"]["speculative_target_forwards"] == 13
+    assert summary["speedup"]["plain_tokens"] == 30
     text = "\n".join(format_summary(summary))
     assert (
         "p50 30 ms, p95 39 ms per key press" in text and "1.00x over plain decoding" in text and "67%" in text
     )
+    assert "15 vs 15 tokens/s on 30 tokens, fastest of 3 runs each" in text  # a tiny sample says so
+
+
+def test_each_mode_keeps_its_fastest_run_and_a_run_with_nothing_to_time_skips_the_prompt() -> None:
+    slow, fast = DecodedRun("x", 4, 0.4, 4), DecodedRun("x", 4, 0.3, 4)
+    assert faster_run(slow, fast) is fast and faster_run(fast, slow) is fast
+    assert faster_run(fast, None) is None and faster_run(None, fast) is None
 
 
 def test_pick_offsets_spreads_over_suggestions() -> None:

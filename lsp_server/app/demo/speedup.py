@@ -86,16 +86,20 @@ async def measure_speedup(
     suggestion, no other open file to copy from).
 
     While someone types, the target's and the draft's caches already hold most of the prompt, so each prompt
-    is first run once untimed to put both caches in that state; then the two timed runs, in an order that
-    alternates so that neither mode always goes first. Times are the engine's decode time (after prefill).
+    is first run once untimed to put both caches in that state; then TIMED_RUNS timed runs of each mode, in an
+    order that alternates so that neither mode always goes first, each mode keeping its fastest. Times are the
+    engine's decode time (after prefill).
     """
     result = Speedup()
     for number, offset in enumerate(offsets):
         await _decode(session, source, offset, drafter, language_id, file_name, f"{number}-warm")
-        order = ("none", drafter) if number % 2 == 0 else (drafter, "none")
-        runs: dict[str, _Decoded | None] = {}
-        for mode in order:
-            runs[mode] = await _decode(session, source, offset, mode, language_id, file_name, number)
+        runs: dict[str, DecodedRun | None] = {}
+        for repeat in range(TIMED_RUNS):
+            order = ("none", drafter) if (number + repeat) % 2 == 0 else (drafter, "none")
+            for mode in order:
+                label = f"{number}-{repeat}"  # a fresh document: no suggestion cached for it
+                decoded = await _decode(session, source, offset, mode, language_id, file_name, label)
+                runs[mode] = faster_run(runs.get(mode), decoded) if repeat else decoded
         plain, speculative = runs["none"], runs[drafter]
         if plain is None or speculative is None:
             result.skipped += 1
@@ -115,7 +119,6 @@ async def measure_speedup(
         if progress is not None:
             progress(f"speed-up sample {number + 1}/{len(offsets)}: {plain.tokens} tokens")
     session.configure(drafter=drafter)
-    session.configure(drafter=drafter)
     session.forget_settings(*WHOLE_ANSWERS)
     return result
 
@@ -128,11 +131,23 @@ FINISH_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
-class _Decoded:
+class DecodedRun:
     text: str
     tokens: int
     decode_s: float
     forwards: int
+
+
+# A suggestion is a few tokens, a few tenths of a second of decoding, which a machine's noise can swing by a
+# third: the fastest of three runs of each mode is what the mode can do.
+TIMED_RUNS = 3
+
+
+def faster_run(best: DecodedRun | None, run: DecodedRun | None) -> DecodedRun | None:
+    """The faster of two runs of one mode; None (a run with nothing to time) wins, so such a prompt is skipped."""
+    if best is None or run is None:
+        return None
+    return run if run.decode_s < best.decode_s else best
 
 
 async def _decode(
@@ -143,7 +158,7 @@ async def _decode(
     language_id: str,
     file_name: str,
     label: int | str,
-) -> _Decoded | None:
+) -> DecodedRun | None:
     session.configure(drafter=drafter, **WHOLE_ANSWERS)
     uri = f"file:///specls-demo/speedup/{label}-{drafter}/{file_name}"
     session.open(uri, source[:offset], language_id)
@@ -159,7 +174,7 @@ async def _decode(
     tokens = int(engine.get("new_tokens", 0))
     if tokens == 0:
         return None
-    return _Decoded(text, tokens, float(engine["decode_s"]), int(engine.get("target_forwards", 0)))
+    return DecodedRun(text, tokens, float(engine["decode_s"]), int(engine.get("target_forwards", 0)))
 
 
 async def _when_finished(session: ServerSession, before: dict[str, Any]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from lsp_server.app.demo.speedup import Speedup
+from lsp_server.app.demo.speedup import TIMED_RUNS, Speedup
 from lsp_server.statistics import percentile
 from lsp_server.typist.keystrokes import ratio
 from lsp_server.typist.measures import Typed, user_measures
@@ -82,6 +82,7 @@ def build_summary(
             "plain_tokens_per_s": _round(speedup.plain_tokens_per_s, 1),
             "speculative_tokens_per_s": _round(speedup.speculative_tokens_per_s, 1),
             "factor": _round(speedup.factor, 3),
+            "plain_tokens": sum(sample.plain_tokens for sample in speedup.samples),
             "plain_target_forwards": sum(sample.plain_forwards for sample in speedup.samples),
             "speculative_target_forwards": sum(sample.speculative_forwards for sample in speedup.samples),
         }
@@ -136,7 +137,8 @@ def format_summary(summary: dict[str, Any]) -> list[str]:
     else:
         lines.append(
             f"  speed-up              {speedup['factor']:.2f}x over plain decoding "
-            f"({speedup['speculative_tokens_per_s']:.0f} vs {speedup['plain_tokens_per_s']:.0f} tokens/s, "
+            f"({speedup['speculative_tokens_per_s']:.0f} vs {speedup['plain_tokens_per_s']:.0f} tokens/s on "
+            f"{speedup['plain_tokens']} tokens, fastest of {TIMED_RUNS} runs each, "
             f"{speedup['speculative_target_forwards']} vs {speedup['plain_target_forwards']} target forwards; "
             f"{speedup['samples']} prompts, same server; identical output {speedup['identical_outputs']}/"
             f"{speedup['samples']})"
