@@ -84,12 +84,15 @@ _QWEN_SOURCE = (
 )
 
 
-# The gate for Qwen2.5-Coder 0.5B and 1.5B: the first line's probability (`gate.first_line_confidence`). At
-# 0.1 the 0.5B showed at least the exact lines the earlier gate did (its least likely token at 0.3) on each of
-# four sets of unseen line starts (google/adk-python, openai-agents-python, strands-agents, this project's
-# files; W8A8 on a real AVX2 CPU), and fewer wrong ones: 272 of 467 shown right against 269 of 530 on the
-# three recent projects, 47 of 94 against 44 of 125 on this project's files (docs/line-starts.md).
-QWEN_CODER_FIRST_LINE_GATE = 0.1
+# The gates (`gate.first_line_confidence`, the first line's probability), fit on unseen line starts (W8A8 on a
+# real AVX2 CPU; docs/line-starts.md). The 0.5B at 0.1 showed at least the exact lines the earlier gate did (its
+# least likely token at 0.3) on each of four sets (google/adk-python, openai-agents-python, strands-agents, this
+# project's files), and fewer wrong ones: 272 of 467 shown right against 269 of 530 on the three recent
+# projects, 47 of 94 against 44 of 125 on this project's files. The 1.5B is surer of its lines: on 239 line
+# starts of google/adk-python and openai-agents-python, 0.2 showed the 121 exact lines 0.1 did, with 182
+# suggestions instead of 202, each set's threshold holding on the other.
+QWEN_CODER_05B_FIRST_LINE_GATE = 0.1
+QWEN_CODER_15B_FIRST_LINE_GATE = 0.2
 
 # The lines below the cursor ahead of the file's text, for the 1.5B: 320 tokens of them lifted its exact next
 # lines with a CPU's prompt on each of three projects' 240 line starts (48.1% -> 55.3% on google/adk-python;
@@ -106,6 +109,7 @@ def _qwen_coder(
     chunks: list[tuple[int, str]],
     gguf_sha256: str,
     prompt: PromptShape,
+    first_line_gate: float,
     draft_model: str = "",
     lines_below_tokens: int = 0,
 ) -> CatalogModel:
@@ -121,7 +125,7 @@ def _qwen_coder(
         source=_QWEN_SOURCE.format(size=size, gguf=gguf, package=package, count=len(chunks), version=version),
         end_tokens=_QWEN_END_TOKENS,
         prompt=prompt,
-        first_line_gate=QWEN_CODER_FIRST_LINE_GATE,
+        first_line_gate=first_line_gate,
         lines_below_tokens=lines_below_tokens,
         draft_model=draft_model,
     )
@@ -164,6 +168,7 @@ CATALOG: dict[str, CatalogModel] = {
         # FIM, measured on the AMX CPU in bf16: exact next line 22% against 16% prefix-only at 80 line starts of
         # this project's files; HumanEval single-line pass@1 75% against 47.5% (bench/results/*-qwen05-*).
         prompt="fim",
+        first_line_gate=QWEN_CODER_05B_FIRST_LINE_GATE,
     ),
     "qwen2.5-coder-1.5b": _qwen_coder(
         "1.5B",
@@ -196,6 +201,7 @@ CATALOG: dict[str, CatalogModel] = {
         ],
         gguf_sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         prompt="fim",
+        first_line_gate=QWEN_CODER_15B_FIRST_LINE_GATE,
         draft_model="qwen2.5-coder-0.5b",
         lines_below_tokens=QWEN_CODER_15B_LINES_BELOW_TOKENS,
     ),

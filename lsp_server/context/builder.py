@@ -63,8 +63,8 @@ class ContextSettings:
     prompt_shape: str = "auto"
     # The gate (`gate.first_line_confidence`): no suggestion whose first line the model gave a lower
     # probability than this (the product of its tokens'); 0 shows everything. None: the threshold measured for
-    # the model (`BackendInfo.first_line_gate`, 0.1 for the Qwen2.5-Coder models, 0 for any other), fit on
-    # held-out line starts (docs/line-starts.md).
+    # the model (`BackendInfo.first_line_gate`: 0.1 for the Qwen2.5-Coder 0.5B, 0.2 for the 1.5B, 0 for any
+    # other), fit on held-out line starts (docs/line-starts.md).
     min_first_line_probability: float | None = None
     # Definitions from the workspace files the document imports, read from disk where they are not open
     # (`context.workspace`). Off by default: on 80 line starts of this project's files they lowered the exact
