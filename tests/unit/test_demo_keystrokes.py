@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine.sequences import common_prefix_length
-from lsp_server.app.demo.speedup import DecodedRun, DecodeSample, Speedup, faster_run, pick_offsets
+from lsp_server.app.demo.speedup import DecodedRun, DecodeSample, Speedup, fastest_run, pick_offsets
 from lsp_server.app.demo.summary import build_summary, format_summary
 from lsp_server.app.demo.view import LineView, one_line
 from lsp_server.typist.keystrokes import (
@@ -205,8 +205,8 @@ def test_summary_numbers() -> None:
 
 def test_each_mode_keeps_its_fastest_run_and_a_run_with_nothing_to_time_skips_the_prompt() -> None:
     slow, fast = DecodedRun("x", 4, 0.4, 4), DecodedRun("x", 4, 0.3, 4)
-    assert faster_run(slow, fast) is fast and faster_run(fast, slow) is fast
-    assert faster_run(fast, None) is None and faster_run(None, fast) is None
+    assert fastest_run([slow, fast]) is fast and fastest_run([fast, slow]) is fast
+    assert fastest_run([fast, None]) is None and fastest_run([None, fast]) is None
 
 
 def test_pick_offsets_spreads_over_suggestions() -> None:

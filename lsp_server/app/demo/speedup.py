@@ -93,14 +93,13 @@ async def measure_speedup(
     result = Speedup()
     for number, offset in enumerate(offsets):
         await _decode(session, source, offset, drafter, language_id, file_name, f"{number}-warm")
-        runs: dict[str, DecodedRun | None] = {}
+        runs: dict[str, list[DecodedRun | None]] = {"none": [], drafter: []}
         for repeat in range(TIMED_RUNS):
             order = ("none", drafter) if (number + repeat) % 2 == 0 else (drafter, "none")
             for mode in order:
                 label = f"{number}-{repeat}"  # a fresh document: no suggestion cached for it
-                decoded = await _decode(session, source, offset, mode, language_id, file_name, label)
-                runs[mode] = faster_run(runs.get(mode), decoded) if repeat else decoded
-        plain, speculative = runs["none"], runs[drafter]
+                runs[mode].append(await _decode(session, source, offset, mode, language_id, file_name, label))
+        plain, speculative = fastest_run(runs["none"]), fastest_run(runs[drafter])
         if plain is None or speculative is None:
             result.skipped += 1
             continue
@@ -143,11 +142,13 @@ class DecodedRun:
 TIMED_RUNS = 3
 
 
-def faster_run(best: DecodedRun | None, run: DecodedRun | None) -> DecodedRun | None:
-    """The faster of two runs of one mode; None (a run with nothing to time) wins, so such a prompt is skipped."""
-    if best is None or run is None:
+def fastest_run(runs: Sequence[DecodedRun | None]) -> DecodedRun | None:
+    """The fastest of one mode's runs (the first of equals); None where any had nothing to time, so that
+    prompt is skipped."""
+    timed = [run for run in runs if run is not None]
+    if not timed or len(timed) < len(runs):
         return None
-    return run if run.decode_s < best.decode_s else best
+    return min(timed, key=lambda run: run.decode_s)
 
 
 async def _decode(
